@@ -1,0 +1,277 @@
+package models
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Role is what a user or an API token may do.
+type Role string
+
+// Console roles (users) and API roles (tokens). Admin is both.
+const (
+	RoleAgent      Role = "agent"
+	RoleReviewer   Role = "reviewer"
+	RoleAdmin      Role = "admin"
+	RoleController Role = "controller"
+	RoleWorker     Role = "worker"
+)
+
+// UserRoles and TokenRoles list the roles each kind of principal may hold.
+var (
+	UserRoles  = []Role{RoleAgent, RoleReviewer, RoleAdmin}
+	TokenRoles = []Role{RoleController, RoleWorker, RoleAdmin}
+)
+
+func roleIn(r Role, rs []Role) bool {
+	for _, x := range rs {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// User is a console login.
+type User struct {
+	ID           string `gorm:"primaryKey"`
+	Email        string
+	Name         string
+	Role         Role
+	PasswordHash string
+	Disabled     bool
+	CreatedAt    UTCTime
+	UpdatedAt    UTCTime
+}
+
+// TableName pins the table name for GORM.
+func (User) TableName() string { return "users" }
+
+// Actor is how the user appears in events.
+func (u User) Actor() string { return "user:" + u.ID }
+
+// MinPasswordLen is the shortest password accepted.
+const MinPasswordLen = 10
+
+// CreateUserInput creates a console user.
+type CreateUserInput struct {
+	Email    string
+	Name     string
+	Role     Role
+	Password string
+}
+
+// Validate lists every problem with the input.
+func (in CreateUserInput) Validate() error {
+	v := &ValidationError{}
+	if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != strings.TrimSpace(in.Email) {
+		v.Add("email", "must be an email address")
+	}
+	if strings.TrimSpace(in.Name) == "" {
+		v.Add("name", "is required")
+	}
+	if !roleIn(in.Role, UserRoles) {
+		v.Add("role", "must be one of agent, reviewer, admin")
+	}
+	if len(in.Password) < MinPasswordLen {
+		v.Add("password", "must be at least %d characters", MinPasswordLen)
+	} else if len(in.Password) > 72 {
+		v.Add("password", "must be at most 72 bytes")
+	}
+	return v.Err()
+}
+
+// BcryptCost is the cost of password hashes; tests lower it.
+var BcryptCost = bcrypt.DefaultCost
+
+// CreateUser creates a user with a bcrypt-hashed password.
+func (s *Store) CreateUser(ctx context.Context, in CreateUserInput) (User, error) {
+	in.Email = strings.ToLower(strings.TrimSpace(in.Email))
+	if err := in.Validate(); err != nil {
+		return User{}, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(in.Password), BcryptCost)
+	if err != nil {
+		return User{}, fmt.Errorf("hash password: %w", err)
+	}
+	now := NewUTCTime(s.now())
+	u := User{ID: NewID("usr"), Email: in.Email, Name: strings.TrimSpace(in.Name), Role: in.Role,
+		PasswordHash: string(hash), CreatedAt: now, UpdatedAt: now}
+	if err := s.DB.WithContext(ctx).Create(&u).Error; err != nil {
+		if isUniqueViolation(err) {
+			return User{}, &ValidationError{Fields: []FieldError{{Field: "email", Message: "is already taken"}}}
+		}
+		return User{}, fmt.Errorf("create user %s: %w", in.Email, err)
+	}
+	return u, nil
+}
+
+// ErrBadCredentials is a failed login; it does not say which part was wrong.
+var ErrBadCredentials = fmt.Errorf("%w: wrong email or password", ErrUnauthorized)
+
+// dummyHash keeps a login for an unknown email as slow as for a known one.
+var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("timing-equaliser"), bcrypt.DefaultCost)
+
+// Authenticate checks an email and password.
+func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
+	var users []User
+	if err := s.DB.WithContext(ctx).Where("email = ?", strings.ToLower(strings.TrimSpace(email))).Limit(1).Find(&users).Error; err != nil {
+		return User{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if len(users) == 0 {
+		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		return User{}, ErrBadCredentials
+	}
+	u := users[0]
+	if err := bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)); err != nil {
+		return User{}, ErrBadCredentials
+	}
+	if u.Disabled {
+		return User{}, fmt.Errorf("%w: account disabled", ErrUnauthorized)
+	}
+	return u, nil
+}
+
+// GetUser returns a user by id.
+func (s *Store) GetUser(ctx context.Context, id string) (User, error) {
+	var users []User
+	if err := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&users).Error; err != nil {
+		return User{}, fmt.Errorf("user %s: %w", id, err)
+	}
+	if len(users) == 0 {
+		return User{}, &NotFoundError{Kind: "user", ID: id}
+	}
+	return users[0], nil
+}
+
+// CountUsers returns the number of users.
+func (s *Store) CountUsers(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.DB.WithContext(ctx).Model(&User{}).Count(&n).Error
+	return n, err
+}
+
+// RandomSecret returns n random bytes, base64url-encoded.
+func RandomSecret(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// APIToken is a bearer token for the JSON API. Only the SHA-256 of the
+// secret is stored; the secret is shown once, at creation.
+type APIToken struct {
+	ID         string `gorm:"primaryKey"`
+	Name       string
+	Role       Role
+	TokenHash  string
+	CreatedAt  UTCTime
+	LastUsedAt NullTime
+	RevokedAt  NullTime
+}
+
+// TableName pins the table name for GORM.
+func (APIToken) TableName() string { return "api_tokens" }
+
+// Actor is how the token appears in events.
+func (t APIToken) Actor() string { return "token:" + t.Name }
+
+// TokenPrefix starts every API token secret, so leaked tokens are findable.
+const TokenPrefix = "tpk_"
+
+func hashToken(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// CreateToken creates an API token and returns its secret, which is not
+// stored and cannot be shown again.
+func (s *Store) CreateToken(ctx context.Context, name string, role Role) (string, APIToken, error) {
+	v := &ValidationError{}
+	name = strings.TrimSpace(name)
+	if !namePattern.MatchString(name) {
+		v.Add("name", "must be 1-64 letters, digits, '.', '_' or '-'")
+	}
+	if !roleIn(role, TokenRoles) {
+		v.Add("role", "must be one of controller, worker, admin")
+	}
+	if err := v.Err(); err != nil {
+		return "", APIToken{}, err
+	}
+	secret := TokenPrefix + RandomSecret(32)
+	t := APIToken{ID: NewID("tok"), Name: name, Role: role, TokenHash: hashToken(secret), CreatedAt: NewUTCTime(s.now())}
+	if err := s.DB.WithContext(ctx).Create(&t).Error; err != nil {
+		return "", APIToken{}, fmt.Errorf("create token %s: %w", name, err)
+	}
+	return secret, t, nil
+}
+
+// ListTokens lists tokens, newest first.
+func (s *Store) ListTokens(ctx context.Context) ([]APIToken, error) {
+	var ts []APIToken
+	if err := s.DB.WithContext(ctx).Order("created_at DESC, id DESC").Find(&ts).Error; err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	return ts, nil
+}
+
+// RevokeToken revokes a token by id or by name (all unrevoked tokens of
+// that name) and returns how many were revoked.
+func (s *Store) RevokeToken(ctx context.Context, idOrName string) (int64, error) {
+	res := s.DB.WithContext(ctx).Model(&APIToken{}).
+		Where("(id = ? OR name = ?) AND revoked_at IS NULL", idOrName, idOrName).
+		Update("revoked_at", NewUTCTime(s.now()))
+	if res.Error != nil {
+		return 0, fmt.Errorf("revoke token %s: %w", idOrName, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return 0, &NotFoundError{Kind: "token", ID: idOrName}
+	}
+	return res.RowsAffected, nil
+}
+
+// AuthenticateToken returns the unrevoked token whose secret this is.
+func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken, error) {
+	if !strings.HasPrefix(secret, TokenPrefix) {
+		return APIToken{}, ErrUnauthorized
+	}
+	var ts []APIToken
+	if err := s.DB.WithContext(ctx).Where("token_hash = ? AND revoked_at IS NULL", hashToken(secret)).Limit(1).Find(&ts).Error; err != nil {
+		return APIToken{}, fmt.Errorf("authenticate token: %w", err)
+	}
+	if len(ts) == 0 {
+		return APIToken{}, ErrUnauthorized
+	}
+	return ts[0], nil
+}
+
+// EnsureAdmin creates an admin user when there are no users at all, and
+// returns its email and password (shown once); ok is false when users exist.
+func (s *Store) EnsureAdmin(ctx context.Context) (email, password string, ok bool, err error) {
+	n, err := s.CountUsers(ctx)
+	if err != nil || n > 0 {
+		return "", "", false, err
+	}
+	password = RandomSecret(15)
+	_, err = s.CreateUser(ctx, CreateUserInput{Email: "admin@localhost.localdomain", Name: "Admin", Role: RoleAdmin, Password: password})
+	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			// Another process created it first.
+			return "", "", false, nil
+		}
+		return "", "", false, err
+	}
+	return "admin@localhost.localdomain", password, true, nil
+}

@@ -1,0 +1,102 @@
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// ResultInput is the return contract a worker sends for its delegation.
+type ResultInput struct {
+	LeaseToken  string          `json:"lease_token"`
+	SessionID   string          `json:"session_id"`
+	Step        string          `json:"step"`
+	ResultType  string          `json:"result_type"`
+	Output      json.RawMessage `json:"output"`
+	Evidence    []Evidence      `json:"evidence"`
+	Uncertainty *Uncertainty    `json:"uncertainty"`
+	NextStep    string          `json:"next_step"`
+	Question    string          `json:"question"`
+	Risks       []string        `json:"risks"`
+	Failure     *Failure        `json:"failure"`
+}
+
+// MaxOutputBytes bounds a result's output so that the state stays small.
+const MaxOutputBytes = 64 << 10
+
+// Validate checks the contract and lists every violation. It does not look at
+// the database; the lease and the delegation's session and step are checked
+// by SubmitResult.
+func (in ResultInput) Validate() error {
+	v := &ValidationError{}
+	if in.LeaseToken == "" {
+		v.Add("lease_token", "is required")
+	}
+	if in.SessionID == "" {
+		v.Add("session_id", "is required")
+	}
+	if strings.TrimSpace(in.Step) == "" {
+		v.Add("step", "is required")
+	}
+	if _, ok := resultEvents[in.ResultType]; !ok {
+		v.Add("result_type", "must be one of completed, needs_input, rejected, escalated, failed")
+	}
+	if len(in.Output) > 0 {
+		if !json.Valid(in.Output) {
+			v.Add("output", "must be valid JSON")
+		} else if len(in.Output) > MaxOutputBytes {
+			v.Add("output", "must be at most %d bytes", MaxOutputBytes)
+		}
+	}
+	if len(in.Evidence) > MaxListItems {
+		v.Add("evidence", "must have at most %d items", MaxListItems)
+	}
+	for i, e := range in.Evidence {
+		if strings.TrimSpace(e.Claim) == "" {
+			v.Add(fmt.Sprintf("evidence[%d].claim", i), "is required")
+		} else if len(e.Claim) > MaxItemLen {
+			v.Add(fmt.Sprintf("evidence[%d].claim", i), "must be at most %d bytes", MaxItemLen)
+		}
+		if len(e.Source) > MaxItemLen {
+			v.Add(fmt.Sprintf("evidence[%d].source", i), "must be at most %d bytes", MaxItemLen)
+		}
+	}
+	if u := in.Uncertainty; u != nil && (math.IsNaN(u.Level) || u.Level < 0 || u.Level > 1) {
+		v.Add("uncertainty.level", "must be between 0 and 1")
+	}
+	validateList(v, "risks", in.Risks)
+	if len(in.NextStep) > 200 {
+		v.Add("next_step", "must be at most 200 bytes")
+	}
+	if len(in.Question) > MaxItemLen {
+		v.Add("question", "must be at most %d bytes", MaxItemLen)
+	}
+	switch in.ResultType {
+	case ResultCompleted:
+		if len(in.Evidence) == 0 {
+			v.Add("evidence", "is required for completed: at least one item")
+		}
+	case ResultNeedsInput, ResultEscalated:
+		if strings.TrimSpace(in.NextStep) == "" && strings.TrimSpace(in.Question) == "" {
+			v.Add("next_step", "next_step or question is required for %s", in.ResultType)
+		}
+	case ResultFailed:
+		if in.Failure == nil {
+			v.Add("failure", "is required for failed")
+		} else {
+			switch in.Failure.Class {
+			case FailureTransient, FailureBadInput, FailurePermanent:
+			default:
+				v.Add("failure.class", "must be one of transient, bad_input, permanent")
+			}
+			if len(in.Failure.Message) > MaxItemLen {
+				v.Add("failure.message", "must be at most %d bytes", MaxItemLen)
+			}
+		}
+	}
+	if in.ResultType != ResultFailed && in.ResultType != "" && in.Failure != nil {
+		v.Add("failure", "must be null unless result_type is failed")
+	}
+	return v.Err()
+}

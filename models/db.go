@@ -1,0 +1,325 @@
+package models
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pressly/goose/v3"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/taskpilots/handoff/migrations"
+)
+
+// Dialect is the database engine behind a Store.
+type Dialect string
+
+// The supported dialects.
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+// DefaultDatabaseURL is the zero-setup embedded database.
+const DefaultDatabaseURL = "./data/taskpilots.db"
+
+// Store owns all database access: every read and write of the domain goes
+// through its methods. It is safe for concurrent use.
+type Store struct {
+	DB      *gorm.DB
+	Dialect Dialect
+	// Now is the clock; tests replace it to move time without sleeping.
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Wake is signalled after commits that make work available, so that long
+	// polls in this process return at once. PostgreSQL listeners feed it too.
+	Wake *Broker
+	url  string
+}
+
+// OpenOpts configures Open.
+type OpenOpts struct {
+	Logger       *slog.Logger
+	MaxOpenConns int // PostgreSQL pool size; default 20
+}
+
+// ParseDatabaseURL tells the dialect of a database URL and the DSN for its
+// driver: postgres:// or postgresql:// URLs, or a SQLite file given as
+// "sqlite:PATH" or a path ending in ".db".
+func ParseDatabaseURL(url string) (Dialect, string, error) {
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return Postgres, url, nil
+	case strings.HasPrefix(url, "sqlite:"):
+		return SQLite, strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//"), nil
+	case strings.HasSuffix(url, ".db"):
+		return SQLite, url, nil
+	}
+	return "", "", fmt.Errorf("database url %q: want postgres://…, sqlite:PATH or a path ending in .db", url)
+}
+
+// Open connects to the database named by url. It does not migrate.
+func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
+	dialect, dsn, err := ParseDatabaseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg := &gorm.Config{
+		SkipDefaultTransaction: true,
+		Logger:                 logger.Default.LogMode(logger.Silent),
+		NowFunc:                func() time.Time { return time.Now().UTC() },
+	}
+	var db *gorm.DB
+	switch dialect {
+	case Postgres:
+		db, err = gorm.Open(postgres.Open(dsn), cfg)
+	case SQLite:
+		if dir := filepath.Dir(dsn); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("create database directory %s: %w", dir, err)
+			}
+		}
+		// WAL lets readers run beside the writer; one connection serialises
+		// writers in this process, which is what SQLite wants anyway.
+		db, err = gorm.Open(sqlite.Open("file:"+dsn+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"), cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", dialect, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	if dialect == SQLite {
+		sqlDB.SetMaxOpenConns(1)
+	} else {
+		n := opts.MaxOpenConns
+		if n <= 0 {
+			n = 20
+		}
+		sqlDB.SetMaxOpenConns(n)
+		sqlDB.SetMaxIdleConns(n)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sqlDB.PingContext(pingCtx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("connect to %s database: %w", dialect, err)
+	}
+	return &Store{DB: db, Dialect: dialect, Now: time.Now, Logger: log, Wake: NewBroker(), url: url}, nil
+}
+
+// URL is the database URL the store was opened with.
+func (s *Store) URL() string { return s.url }
+
+// Close closes the connection pool.
+func (s *Store) Close() error {
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+func (s *Store) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
+
+// Transact runs fn in a transaction and retries it when the database reports
+// a serialization failure or deadlock, which are safe to retry.
+func (s *Store) Transact(ctx context.Context, fn func(tx *gorm.DB) error) error {
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		err = s.DB.WithContext(ctx).Transaction(fn)
+		if err == nil || !retryable(err) {
+			return err
+		}
+		backoff := time.Duration(1<<attempt)*time.Millisecond + time.Duration(rand.IntN(1000))*time.Microsecond
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+	return err
+}
+
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40001" || pgErr.Code == "40P01"
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505"
+	}
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// ErrSchemaNewer means the database was migrated by a newer binary.
+var ErrSchemaNewer = errors.New("database schema is newer than this binary knows")
+
+// ErrSchemaBehind means migrations are pending.
+var ErrSchemaBehind = errors.New("database schema has pending migrations")
+
+func (s *Store) migrationProvider() (*goose.Provider, error) {
+	fsys, err := migrations.FS(string(s.Dialect))
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		return nil, err
+	}
+	d := goose.DialectPostgres
+	if s.Dialect == SQLite {
+		d = goose.DialectSQLite3
+	}
+	return goose.NewProvider(d, sqlDB, fsys)
+}
+
+// MigrationState is where the schema stands.
+type MigrationState struct {
+	Current int64 // version applied in the database
+	Latest  int64 // newest version this binary knows
+	Pending []int64
+}
+
+// MigrationStatus reports applied and pending migrations.
+func (s *Store) MigrationStatus(ctx context.Context) (MigrationState, error) {
+	p, err := s.migrationProvider()
+	if err != nil {
+		return MigrationState{}, err
+	}
+	var st MigrationState
+	for _, src := range p.ListSources() {
+		st.Latest = max(st.Latest, src.Version)
+	}
+	cur, err := s.dbVersion(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Current = cur
+	results, err := p.Status(ctx)
+	if err != nil {
+		return st, fmt.Errorf("migration status: %w", err)
+	}
+	for _, r := range results {
+		if r.State == goose.StatePending {
+			st.Pending = append(st.Pending, r.Source.Version)
+		}
+	}
+	return st, nil
+}
+
+// dbVersion reads the highest applied version straight from goose's table,
+// so that a version this binary does not know is still seen.
+func (s *Store) dbVersion(ctx context.Context) (int64, error) {
+	var exists bool
+	var err error
+	if s.Dialect == Postgres {
+		err = s.DB.WithContext(ctx).Raw(`SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&exists).Error
+	} else {
+		var n int
+		err = s.DB.WithContext(ctx).Raw(`SELECT count(*) FROM sqlite_master WHERE type='table' AND name='goose_db_version'`).Scan(&n).Error
+		exists = n > 0
+	}
+	if err != nil || !exists {
+		return 0, err
+	}
+	var v sql.NullInt64
+	err = s.DB.WithContext(ctx).Raw(`SELECT max(version_id) FROM goose_db_version WHERE is_applied`).Scan(&v).Error
+	return v.Int64, err
+}
+
+// CheckSchema returns ErrSchemaNewer or ErrSchemaBehind unless the database
+// is exactly at the binary's latest migration.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	st, err := s.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Current > st.Latest {
+		return fmt.Errorf("%w: database at %d, binary knows up to %d", ErrSchemaNewer, st.Current, st.Latest)
+	}
+	if len(st.Pending) > 0 {
+		return fmt.Errorf("%w: %v", ErrSchemaBehind, st.Pending)
+	}
+	return nil
+}
+
+// MigrateUp applies all pending migrations; it refuses a schema newer than
+// the binary. It returns the versions applied.
+func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
+	st, err := s.MigrationStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Current > st.Latest {
+		return nil, fmt.Errorf("%w: database at %d, binary knows up to %d", ErrSchemaNewer, st.Current, st.Latest)
+	}
+	p, err := s.migrationProvider()
+	if err != nil {
+		return nil, err
+	}
+	results, err := p.Up(ctx)
+	var applied []int64
+	for _, r := range results {
+		applied = append(applied, r.Source.Version)
+	}
+	if err != nil {
+		return applied, fmt.Errorf("migrate up: %w", err)
+	}
+	return applied, nil
+}
+
+// MigrateDown rolls back the most recent migration and returns its version.
+func (s *Store) MigrateDown(ctx context.Context) (int64, error) {
+	p, err := s.migrationProvider()
+	if err != nil {
+		return 0, err
+	}
+	r, err := p.Down(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migrate down: %w", err)
+	}
+	return r.Source.Version, nil
+}
+
+// MigrationFiles lists the migration versions of a dialect, for tests.
+func MigrationFiles(d Dialect) ([]string, error) {
+	fsys, err := migrations.FS(string(d))
+	if err != nil {
+		return nil, err
+	}
+	return fs.Glob(fsys, "*.sql")
+}

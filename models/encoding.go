@@ -1,0 +1,184 @@
+package models
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"database/sql/driver"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// decodeJSON decodes b into v keeping numbers as json.Number, so that a value
+// decoded and encoded again keeps its exact text: replay must reproduce bytes.
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// Canonical returns the canonical JSON encoding of v: object keys sorted,
+// numbers as written, no insignificant space. Hashes and the stored state are
+// computed over this encoding.
+func Canonical(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var generic any
+	if err := decodeJSON(b, &generic); err != nil {
+		return nil, err
+	}
+	return json.Marshal(generic)
+}
+
+// hashInput is the field order the event hash is computed over. Changing it
+// breaks every stored chain; add a new version instead.
+type hashInput struct {
+	SessionID      string          `json:"session_id"`
+	Seq            int64           `json:"seq"`
+	Type           EventType       `json:"type"`
+	Actor          string          `json:"actor"`
+	VersionBefore  int64           `json:"version_before"`
+	VersionAfter   int64           `json:"version_after"`
+	Payload        json.RawMessage `json:"payload"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	PrevHash       string          `json:"prev_hash"`
+	CreatedAt      string          `json:"created_at"`
+}
+
+// ComputeHash returns the hash of e over its canonical encoding, including
+// the previous event's hash. It ignores e.Hash and e.ID.
+func ComputeHash(e Event) string {
+	key := ""
+	if e.IdempotencyKey != nil {
+		key = *e.IdempotencyKey
+	}
+	payload := json.RawMessage(e.Payload)
+	if !json.Valid(payload) {
+		// A corrupted payload must still hash (to a mismatch), not fail.
+		payload, _ = json.Marshal(e.Payload)
+	}
+	b, err := json.Marshal(hashInput{
+		SessionID: e.SessionID, Seq: e.Seq, Type: e.Type, Actor: e.Actor,
+		VersionBefore: e.VersionBefore, VersionAfter: e.VersionAfter, Payload: payload,
+		IdempotencyKey: key, PrevHash: e.PrevHash, CreatedAt: e.CreatedAt.String(),
+	})
+	if err != nil {
+		panic("models: hash input does not marshal: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// NewID returns a new opaque id with a type prefix, e.g. "ses_01J…".
+// ULIDs sort by creation time, which keeps keyset pagination cheap.
+func NewID(prefix string) string {
+	return prefix + "_" + ulid.Make().String()
+}
+
+// timeLayout is fixed-width so that SQLite, which stores times as text,
+// compares them correctly as strings; PostgreSQL parses it into timestamptz.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+// UTCTime is a timestamp stored with microsecond precision in UTC, the same
+// way on both dialects.
+type UTCTime struct{ time.Time }
+
+// NewUTCTime truncates t to what the database keeps.
+func NewUTCTime(t time.Time) UTCTime { return UTCTime{t.UTC().Truncate(time.Microsecond)} }
+
+// String is the fixed-width RFC 3339 form used in hashes and SQL parameters.
+func (t UTCTime) String() string { return t.Time.UTC().Format(timeLayout) }
+
+// Value implements driver.Valuer.
+func (t UTCTime) Value() (driver.Value, error) { return t.String(), nil }
+
+// Scan implements sql.Scanner for time.Time (PostgreSQL) and text (SQLite).
+func (t *UTCTime) Scan(src any) error {
+	switch v := src.(type) {
+	case time.Time:
+		*t = NewUTCTime(v)
+		return nil
+	case string:
+		return t.parse(v)
+	case []byte:
+		return t.parse(string(v))
+	case nil:
+		*t = UTCTime{}
+		return nil
+	}
+	return fmt.Errorf("scan time from %T", src)
+}
+
+func (t *UTCTime) parse(s string) error {
+	for _, layout := range []string{timeLayout, time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05"} {
+		if p, err := time.Parse(layout, strings.TrimSpace(s)); err == nil {
+			*t = NewUTCTime(p)
+			return nil
+		}
+	}
+	return fmt.Errorf("scan time from %q", s)
+}
+
+// MarshalJSON writes RFC 3339 UTC.
+func (t UTCTime) MarshalJSON() ([]byte, error) {
+	return json.Marshal(t.Time.UTC().Format(time.RFC3339Nano))
+}
+
+// UnmarshalJSON reads RFC 3339.
+func (t *UTCTime) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	return t.parse(s)
+}
+
+// NullTime is a nullable UTCTime.
+type NullTime struct {
+	Time  UTCTime
+	Valid bool
+}
+
+// Value implements driver.Valuer.
+func (n NullTime) Value() (driver.Value, error) {
+	if !n.Valid {
+		return nil, nil
+	}
+	return n.Time.Value()
+}
+
+// Scan implements sql.Scanner.
+func (n *NullTime) Scan(src any) error {
+	if src == nil {
+		*n = NullTime{}
+		return nil
+	}
+	n.Valid = true
+	return n.Time.Scan(src)
+}
+
+// MarshalJSON writes null or RFC 3339 UTC.
+func (n NullTime) MarshalJSON() ([]byte, error) {
+	if !n.Valid {
+		return []byte("null"), nil
+	}
+	return n.Time.MarshalJSON()
+}
+
+// Ptr returns the time or nil.
+func (n NullTime) Ptr() *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := n.Time.Time
+	return &t
+}
+
+// SomeTime returns a valid NullTime.
+func SomeTime(t time.Time) NullTime { return NullTime{Time: NewUTCTime(t), Valid: true} }

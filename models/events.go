@@ -1,0 +1,551 @@
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// EventType names what happened in a session.
+type EventType string
+
+// The event types. Their names are part of the audit trail and the API; do not
+// rename them.
+const (
+	EventSessionCreated        EventType = "session.created"
+	EventSessionPaused         EventType = "session.paused"
+	EventSessionResumed        EventType = "session.resumed"
+	EventSessionEscalated      EventType = "session.escalated"
+	EventSessionCancelled      EventType = "session.cancelled"
+	EventDelegationCreated     EventType = "delegation.created"
+	EventDelegationLeased      EventType = "delegation.leased"
+	EventDelegationExpired     EventType = "delegation.lease_expired"
+	EventResultCompleted       EventType = "result.completed"
+	EventResultNeedsInput      EventType = "result.needs_input"
+	EventResultRejected        EventType = "result.rejected"
+	EventResultEscalated       EventType = "result.escalated"
+	EventResultFailed          EventType = "result.failed"
+	EventInputProvided         EventType = "input.provided"
+	EventHumanClaimed          EventType = "human.claimed"
+	EventHumanReleased         EventType = "human.released"
+	EventHumanNoted            EventType = "human.noted"
+	EventHumanRequestedInput   EventType = "human.requested_input"
+	EventHumanResumed          EventType = "human.resumed"
+	EventHumanHandedBack       EventType = "human.handed_back"
+	EventHumanCompleted        EventType = "human.completed"
+	EventHumanRejected         EventType = "human.rejected"
+	EventChildrenSpawned       EventType = "children.spawned"
+	EventChildrenJoined        EventType = "children.joined"
+	EventReviewScored          EventType = "review.scored"
+	EventEscalationSLABreached EventType = "escalation.sla_breached"
+)
+
+// AllEventTypes lists every event type.
+var AllEventTypes = []EventType{
+	EventSessionCreated, EventSessionPaused, EventSessionResumed, EventSessionEscalated,
+	EventSessionCancelled, EventDelegationCreated, EventDelegationLeased, EventDelegationExpired,
+	EventResultCompleted, EventResultNeedsInput, EventResultRejected, EventResultEscalated,
+	EventResultFailed, EventInputProvided, EventHumanClaimed, EventHumanReleased, EventHumanNoted,
+	EventHumanRequestedInput, EventHumanResumed, EventHumanHandedBack, EventHumanCompleted,
+	EventHumanRejected, EventChildrenSpawned, EventChildrenJoined, EventReviewScored,
+	EventEscalationSLABreached,
+}
+
+// Event is one immutable record of a transition in a session. Seq runs 1..n
+// per session and equals VersionAfter; Hash covers the canonical encoding of
+// the event including PrevHash, the hash of the session's previous event.
+type Event struct {
+	ID             string    `gorm:"primaryKey" json:"id"`
+	SessionID      string    `json:"session_id"`
+	Seq            int64     `json:"seq"`
+	Type           EventType `json:"type"`
+	Actor          string    `json:"actor"`
+	VersionBefore  int64     `json:"version_before"`
+	VersionAfter   int64     `json:"version_after"`
+	Payload        string    `json:"payload"`
+	IdempotencyKey *string   `json:"idempotency_key"`
+	PrevHash       string    `json:"prev_hash"`
+	Hash           string    `json:"hash"`
+	CreatedAt      UTCTime   `json:"created_at"`
+}
+
+// TableName pins the table name for GORM.
+func (Event) TableName() string { return "events" }
+
+// Payloads of the events. Fields are only ever added, never renamed, because
+// old events must keep replaying.
+
+// SessionCreatedPayload starts a session.
+type SessionCreatedPayload struct {
+	Goal         string         `json:"goal"`
+	TicketRef    string         `json:"ticket_ref,omitempty"`
+	ParentID     string         `json:"parent_id,omitempty"`
+	ParentGoal   string         `json:"parent_goal,omitempty"`
+	Priority     int            `json:"priority"`
+	Constraints  []string       `json:"constraints,omitempty"`
+	Resources    []Resource     `json:"resources,omitempty"`
+	DoneCriteria []string       `json:"done_criteria,omitempty"`
+	Facts        map[string]any `json:"facts,omitempty"`
+}
+
+// ReasonPayload carries a free-text reason (pause, resume, cancel, reject).
+type ReasonPayload struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// EscalatePayload is a controller's or the system's escalation.
+type EscalatePayload struct {
+	Reason   string `json:"reason,omitempty"`
+	Question string `json:"question,omitempty"`
+}
+
+// DelegationPayload creates a delegation (also used by human resume and hand back).
+type DelegationPayload struct {
+	DelegationID string         `json:"delegation_id"`
+	Queue        string         `json:"queue"`
+	Step         string         `json:"step"`
+	Instructions string         `json:"instructions,omitempty"`
+	MaxAttempts  int            `json:"max_attempts"`
+	LeaseSeconds int            `json:"lease_seconds"`
+	Facts        map[string]any `json:"facts,omitempty"`
+	Note         string         `json:"note,omitempty"`
+}
+
+// LeasePayload records that a worker holds the delegation's lease.
+type LeasePayload struct {
+	DelegationID string `json:"delegation_id"`
+	Attempt      int    `json:"attempt"`
+	Worker       string `json:"worker"`
+}
+
+// ExpiredPayload records a lease that ran out; the delegation is queued again
+// as NextAttempt, or, when Exhausted, the session escalates.
+type ExpiredPayload struct {
+	DelegationID string `json:"delegation_id"`
+	Attempt      int    `json:"attempt"`
+	Worker       string `json:"worker,omitempty"`
+	NextAttempt  int    `json:"next_attempt"`
+	Exhausted    bool   `json:"exhausted,omitempty"`
+}
+
+// Failure is the failure part of a failed result.
+type Failure struct {
+	Class   string `json:"class"`
+	Message string `json:"message,omitempty"`
+}
+
+// Failure classes of a failed result.
+const (
+	FailureTransient = "transient"
+	FailureBadInput  = "bad_input"
+	FailurePermanent = "permanent"
+)
+
+// ResultPayload is an accepted return contract. Retry and NextAttempt are
+// decided by the write path before the event is written, so that Apply stays
+// a function of the event alone.
+type ResultPayload struct {
+	DelegationID string          `json:"delegation_id"`
+	Attempt      int             `json:"attempt"`
+	Step         string          `json:"step"`
+	ResultType   string          `json:"result_type"`
+	Output       json.RawMessage `json:"output,omitempty"`
+	Evidence     []Evidence      `json:"evidence,omitempty"`
+	Uncertainty  *Uncertainty    `json:"uncertainty,omitempty"`
+	NextStep     string          `json:"next_step,omitempty"`
+	Question     string          `json:"question,omitempty"`
+	Risks        []string        `json:"risks,omitempty"`
+	Failure      *Failure        `json:"failure,omitempty"`
+	Retry        bool            `json:"retry,omitempty"`
+	NextAttempt  int             `json:"next_attempt,omitempty"`
+	RetryAt      string          `json:"retry_at,omitempty"`
+}
+
+// InputPayload answers a session's open questions with facts.
+type InputPayload struct {
+	Facts  map[string]any `json:"facts,omitempty"`
+	Answer string         `json:"answer,omitempty"`
+}
+
+// HumanPayload is what a human did in a takeover.
+type HumanPayload struct {
+	User       string    `json:"user"`
+	Forced     bool      `json:"forced,omitempty"`
+	Text       string    `json:"text,omitempty"`
+	Evidence   *Evidence `json:"evidence,omitempty"`
+	Question   string    `json:"question,omitempty"`
+	Resolution string    `json:"resolution,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// HumanDelegationPayload is a human resuming automation or handing back.
+type HumanDelegationPayload struct {
+	User string `json:"user"`
+	DelegationPayload
+}
+
+// ChildrenPayload records a fan-out.
+type ChildrenPayload struct {
+	Join Join `json:"join"`
+}
+
+// ChildOutcome is one child's result as recorded by a join.
+type ChildOutcome struct {
+	SessionID string          `json:"session_id"`
+	Status    Status          `json:"status"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	Evidence  []Evidence      `json:"evidence,omitempty"`
+}
+
+// JoinPayload records that a join contract was met, timed out or conflicted.
+type JoinPayload struct {
+	Result   string         `json:"result"` // met, timeout, conflict
+	Children []ChildOutcome `json:"children"`
+	Reason   string         `json:"reason,omitempty"`
+}
+
+// ReviewPayload is a reviewer's score of an escalation package.
+type ReviewPayload struct {
+	Reviewer  string         `json:"reviewer"`
+	AtVersion int64          `json:"at_version"`
+	Scores    map[string]int `json:"scores"`
+	Comment   string         `json:"comment,omitempty"`
+}
+
+// maxKept bounds the lists the state keeps, so that the state and everything
+// built from it stay small whatever the length of the history.
+const (
+	maxKeptSteps    = 20
+	maxKeptEvidence = 20
+	maxKeptNotes    = 20
+	maxKeptRisks    = 20
+)
+
+func keepLast[T any](xs []T, n int) []T {
+	if len(xs) <= n {
+		return xs
+	}
+	return append([]T(nil), xs[len(xs)-n:]...)
+}
+
+// Apply is the one pure, deterministic function that applies an event to a
+// state. Live writes and replay both call it, so a session's stored state is
+// by construction what its events replay to. It never mutates s.
+func Apply(s State, e Event) (State, error) {
+	if e.Type == EventSessionCreated {
+		if s.Version != 0 {
+			return s, &IllegalTransitionError{SessionID: s.SessionID, From: s.Status, Event: e.Type, CurrentVersion: s.Version}
+		}
+	} else if s.Version == 0 {
+		return s, &IllegalTransitionError{SessionID: e.SessionID, Event: e.Type}
+	} else if !Allowed(s.Status, e.Type) {
+		return s, &IllegalTransitionError{SessionID: s.SessionID, From: s.Status, Event: e.Type, CurrentVersion: s.Version}
+	}
+	if e.VersionBefore != s.Version || e.VersionAfter != s.Version+1 || e.Seq != e.VersionAfter {
+		return s, fmt.Errorf("apply %s seq %d: versions %d→%d do not follow state version %d",
+			e.Type, e.Seq, e.VersionBefore, e.VersionAfter, s.Version)
+	}
+	n := s.clone()
+	if err := applyPayload(&n, e); err != nil {
+		return s, fmt.Errorf("apply %s seq %d: %w", e.Type, e.Seq, err)
+	}
+	n.Version = e.VersionAfter
+	return n, nil
+}
+
+func applyPayload(n *State, e Event) error {
+	payload := []byte(e.Payload)
+	switch e.Type {
+	case EventSessionCreated:
+		var p SessionCreatedPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		*n = State{
+			SessionID: e.SessionID, ParentID: p.ParentID, TicketRef: p.TicketRef, Goal: p.Goal,
+			Priority: p.Priority, Status: StatusOpen, Constraints: p.Constraints,
+			Resources: p.Resources, DoneCriteria: p.DoneCriteria, Facts: p.Facts,
+		}
+		if p.ParentGoal != "" {
+			n.Facts = mergeFacts(n.Facts, map[string]any{"parent_goal": p.ParentGoal})
+		}
+	case EventSessionPaused:
+		n.PausedFrom = n.Status
+		if n.Status == StatusRunning {
+			// Pausing revokes the lease; resuming queues the work again.
+			n.PausedFrom = StatusQueued
+			if n.Delegation != nil {
+				n.Delegation.Worker = ""
+			}
+		}
+		n.Status = StatusPaused
+	case EventSessionResumed:
+		n.Status = n.PausedFrom
+		n.PausedFrom = ""
+	case EventSessionEscalated:
+		var p EscalatePayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.PausedFrom = ""
+		escalate(n, e, p.Reason, p.Question, "", nil)
+	case EventSessionCancelled:
+		var p ReasonPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.Status = StatusCancelled
+		n.Outcome = "cancelled: " + p.Reason
+		n.Delegation = nil
+		n.Assignee = ""
+		n.PausedFrom = ""
+	case EventDelegationCreated:
+		var p DelegationPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		delegate(n, p)
+	case EventDelegationLeased:
+		var p LeasePayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		if n.Delegation == nil || n.Delegation.ID != p.DelegationID {
+			return fmt.Errorf("lease of %s, but the session waits on %v", p.DelegationID, n.Delegation)
+		}
+		n.Delegation.Attempt = p.Attempt
+		n.Delegation.Worker = p.Worker
+		n.Status = StatusRunning
+	case EventDelegationExpired:
+		var p ExpiredPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		if n.Delegation == nil || n.Delegation.ID != p.DelegationID {
+			return fmt.Errorf("expiry of %s, but the session waits on %v", p.DelegationID, n.Delegation)
+		}
+		n.Delegation.Worker = ""
+		if p.Exhausted {
+			reason := fmt.Sprintf("lease expired on attempt %d of %d", p.Attempt, n.Delegation.MaxAttempts)
+			escalate(n, e, reason, "The worker stopped responding on every attempt. Retry, reassign or finish by hand?", "", nil)
+			return nil
+		}
+		n.Delegation.Attempt = p.NextAttempt
+		n.Status = StatusQueued
+	case EventResultCompleted, EventResultNeedsInput, EventResultRejected, EventResultEscalated, EventResultFailed:
+		var p ResultPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		return applyResult(n, e, p)
+	case EventInputProvided:
+		var p InputPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.Facts = mergeFacts(n.Facts, p.Facts)
+		n.OpenQuestions = nil
+		n.Status = StatusOpen
+	case EventHumanClaimed:
+		var p HumanPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.Assignee = p.User
+		n.Status = StatusHumanActive
+	case EventHumanReleased:
+		n.Assignee = ""
+		n.Status = StatusEscalated
+	case EventHumanNoted:
+		var p HumanPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.Notes = keepLast(append(n.Notes, Note{By: p.User, Text: p.Text, Evidence: p.Evidence, AtVersion: e.VersionAfter}), maxKeptNotes)
+		if p.Evidence != nil {
+			n.Evidence = keepLast(append(n.Evidence, *p.Evidence), maxKeptEvidence)
+		}
+	case EventHumanRequestedInput:
+		var p HumanPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.OpenQuestions = append(n.OpenQuestions, p.Question)
+		n.Assignee = ""
+		n.Status = StatusAwaitingInput
+	case EventHumanResumed, EventHumanHandedBack:
+		var p HumanDelegationPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.Assignee = ""
+		n.Escalation = nil
+		if p.Note != "" {
+			n.Notes = keepLast(append(n.Notes, Note{By: p.User, Text: p.Note, AtVersion: e.VersionAfter}), maxKeptNotes)
+		}
+		delegate(n, p.DelegationPayload)
+	case EventHumanCompleted:
+		var p HumanPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.Outcome = p.Resolution
+		n.Status = StatusCompleted
+		n.Delegation = nil
+	case EventHumanRejected:
+		var p HumanPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.Outcome = "rejected: " + p.Reason
+		n.Status = StatusRejected
+		n.Delegation = nil
+	case EventChildrenSpawned:
+		var p ChildrenPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		j := p.Join
+		n.Join = &j
+		n.Status = StatusWaitingChildren
+	case EventChildrenJoined:
+		var p JoinPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		for _, c := range p.Children {
+			n.Evidence = keepLast(append(n.Evidence, c.Evidence...), maxKeptEvidence)
+		}
+		if p.Result != "met" {
+			escalate(n, e, "join "+p.Result+": "+p.Reason, "The child sessions did not agree or did not finish in time. Which result stands?", "", nil)
+			return nil
+		}
+		n.Status = StatusOpen
+	case EventReviewScored:
+		n.Reviews++
+	case EventEscalationSLABreached:
+		// Recorded for the audit trail and metrics; the state only counts it.
+	default:
+		return fmt.Errorf("unknown event type %q", e.Type)
+	}
+	return nil
+}
+
+func applyResult(n *State, e Event, p ResultPayload) error {
+	d := n.Delegation
+	if d == nil || d.ID != p.DelegationID {
+		return fmt.Errorf("result for %s, but the session waits on %v", p.DelegationID, d)
+	}
+	n.Evidence = keepLast(append(n.Evidence, p.Evidence...), maxKeptEvidence)
+	n.Risks = keepLast(append(n.Risks, p.Risks...), maxKeptRisks)
+	n.Uncertainty = p.Uncertainty
+	n.NextStep = p.NextStep
+	record := StepRecord{
+		Step: p.Step, DelegationID: p.DelegationID, Attempt: p.Attempt, By: e.Actor,
+		ResultType: p.ResultType, Output: p.Output, NextStep: p.NextStep, AtVersion: e.VersionAfter,
+	}
+	switch e.Type {
+	case EventResultCompleted:
+		n.CompletedSteps = keepLast(append(n.CompletedSteps, record), maxKeptSteps)
+		n.Delegation = nil
+		if p.NextStep != "" {
+			n.Status = StatusOpen
+		} else {
+			n.Status = StatusCompleted
+			n.Outcome = "completed by " + e.Actor
+		}
+	case EventResultNeedsInput:
+		n.Delegation = nil
+		if p.Question != "" {
+			n.OpenQuestions = append(n.OpenQuestions, p.Question)
+		}
+		n.Status = StatusAwaitingInput
+	case EventResultRejected:
+		n.Delegation = nil
+		n.Status = StatusRejected
+		n.Outcome = "rejected by " + e.Actor
+	case EventResultEscalated:
+		escalate(n, e, "worker escalated "+p.Step, p.Question, p.NextStep, p.Uncertainty)
+	case EventResultFailed:
+		if p.Failure == nil {
+			return fmt.Errorf("failed result without failure")
+		}
+		switch {
+		case p.Failure.Class == FailureTransient && p.Retry:
+			d.Attempt = p.NextAttempt
+			d.Worker = ""
+			n.Status = StatusQueued
+		case p.Failure.Class == FailureBadInput:
+			n.Delegation = nil
+			n.OpenQuestions = append(n.OpenQuestions, "Input rejected by "+p.Step+": "+p.Failure.Message)
+			n.Status = StatusAwaitingInput
+		default:
+			reason := fmt.Sprintf("%s failure in %s: %s", p.Failure.Class, p.Step, p.Failure.Message)
+			if p.Failure.Class == FailureTransient {
+				reason = fmt.Sprintf("transient failures exhausted %d attempts in %s: %s", d.MaxAttempts, p.Step, p.Failure.Message)
+			}
+			escalate(n, e, reason, p.Question, p.NextStep, p.Uncertainty)
+		}
+	}
+	return nil
+}
+
+func delegate(n *State, p DelegationPayload) {
+	n.Facts = mergeFacts(n.Facts, p.Facts)
+	n.OpenQuestions = nil
+	n.Delegation = &ActiveDelegation{
+		ID: p.DelegationID, Queue: p.Queue, Step: p.Step, Instructions: p.Instructions,
+		Attempt: 1, MaxAttempts: p.MaxAttempts, LeaseSeconds: p.LeaseSeconds,
+	}
+	n.CurrentStep = p.Step
+	n.Status = StatusQueued
+}
+
+// escalate moves the session to escalated and builds its escalation package
+// from the state as it is now.
+func escalate(n *State, e Event, reason, question, next string, u *Uncertainty) {
+	if question == "" {
+		question = "How should this session continue?"
+	}
+	if next == "" {
+		next = n.NextStep
+	}
+	if u == nil {
+		u = n.Uncertainty
+	}
+	pkg := &Escalation{
+		Reason: reason, Question: question, Goal: n.Goal, Facts: n.Facts,
+		Evidence: n.Evidence, Risks: n.Risks, RecommendedNext: next, Uncertainty: u,
+		Step: n.CurrentStep, By: e.Actor, AtVersion: e.VersionAfter,
+	}
+	if pg, ok := n.Facts["parent_goal"].(string); ok {
+		pkg.ParentGoal = pg
+	}
+	for _, s := range n.CompletedSteps {
+		pkg.CompletedSteps = append(pkg.CompletedSteps, s.Step)
+	}
+	if n.Delegation != nil {
+		pkg.DelegationID = n.Delegation.ID
+	}
+	n.Escalation = pkg
+	n.Delegation = nil
+	n.Assignee = ""
+	n.Status = StatusEscalated
+}
+
+func mergeFacts(into, add map[string]any) map[string]any {
+	if len(add) == 0 {
+		return into
+	}
+	out := make(map[string]any, len(into)+len(add))
+	for k, v := range into {
+		out[k] = v
+	}
+	for k, v := range add {
+		out[k] = v
+	}
+	return out
+}
+
+// EventTime is the event's creation time as a time.Time.
+func (e Event) EventTime() time.Time { return e.CreatedAt.Time }

@@ -1,0 +1,590 @@
+package models
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"regexp"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// DelegationStatus is where a delegation stands in the queue.
+type DelegationStatus string
+
+// The delegation statuses.
+const (
+	DelegationQueued    DelegationStatus = "queued"    // available from available_at
+	DelegationLeased    DelegationStatus = "leased"    // held by a worker until lease_expires_at
+	DelegationHeld      DelegationStatus = "held"      // session paused; not claimable
+	DelegationDone      DelegationStatus = "done"      // a result ended it
+	DelegationFailed    DelegationStatus = "failed"    // failed for good (bad input, permanent, exhausted)
+	DelegationCancelled DelegationStatus = "cancelled" // session cancelled or escalated by a controller
+)
+
+// Bounds and defaults of a delegation (API.md).
+const (
+	DefaultLeaseSeconds = 30
+	MaxLeaseSeconds     = 3600
+	DefaultMaxAttempts  = 3
+	MaxMaxAttempts      = 20
+	MaxWaitSeconds      = 30
+	// RetryBaseDelay is the first transient retry's delay; it doubles per
+	// attempt, with full jitter, up to RetryMaxDelay.
+	RetryBaseDelay = 2 * time.Second
+	RetryMaxDelay  = 5 * time.Minute
+)
+
+// Delegation is one queued unit of work for a step of a session.
+type Delegation struct {
+	ID             string `gorm:"primaryKey"`
+	SessionID      string
+	Queue          string
+	Step           string
+	Instructions   string
+	Status         DelegationStatus
+	Priority       int
+	Attempt        int
+	MaxAttempts    int
+	LeaseSeconds   int
+	LeaseToken     *string
+	LeasedBy       string
+	LeaseExpiresAt NullTime
+	AvailableAt    UTCTime
+	CreatedAt      UTCTime
+	UpdatedAt      UTCTime
+}
+
+// TableName pins the table name for GORM.
+func (Delegation) TableName() string { return "delegations" }
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// DelegateInput asks for a step of a session to be worked from a queue.
+type DelegateInput struct {
+	Queue           string         `json:"queue"`
+	Step            string         `json:"step"`
+	Instructions    string         `json:"instructions"`
+	ExpectedVersion *int64         `json:"expected_version"`
+	MaxAttempts     *int           `json:"max_attempts"`
+	LeaseSeconds    *int           `json:"lease_seconds"`
+	Facts           map[string]any `json:"facts"`
+}
+
+// Validate lists every problem with the input.
+func (in DelegateInput) Validate() error {
+	v := &ValidationError{}
+	validateDelegation(v, in.Queue, in.Step, in.Instructions, in.MaxAttempts, in.LeaseSeconds)
+	if in.ExpectedVersion == nil {
+		v.Add("expected_version", "is required")
+	}
+	validateFacts(v, "facts", in.Facts)
+	return v.Err()
+}
+
+func validateDelegation(v *ValidationError, queue, step, instructions string, maxAttempts, leaseSeconds *int) {
+	if queue == "" {
+		v.Add("queue", "is required")
+	} else if !namePattern.MatchString(queue) {
+		v.Add("queue", "must be 1-64 letters, digits, '.', '_' or '-'")
+	}
+	if strings.TrimSpace(step) == "" {
+		v.Add("step", "is required")
+	} else if len(step) > 200 {
+		v.Add("step", "must be at most 200 bytes")
+	}
+	if len(instructions) > 16000 {
+		v.Add("instructions", "must be at most 16000 bytes")
+	}
+	if maxAttempts != nil && (*maxAttempts < 1 || *maxAttempts > MaxMaxAttempts) {
+		v.Add("max_attempts", "must be between 1 and %d", MaxMaxAttempts)
+	}
+	if leaseSeconds != nil && (*leaseSeconds < 1 || *leaseSeconds > MaxLeaseSeconds) {
+		v.Add("lease_seconds", "must be between 1 and %d", MaxLeaseSeconds)
+	}
+}
+
+func intOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// Delegate queues a step of a session. The delegation row is written in the
+// same transaction as the delegation.created event.
+func (s *Store) Delegate(ctx context.Context, sessionID, actor, idemKey string, in DelegateInput) (Outcome, error) {
+	if err := in.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	fp, err := Fingerprint("delegate", sessionID, in)
+	if err != nil {
+		return Outcome{}, err
+	}
+	p := DelegationPayload{
+		DelegationID: NewID("dlg"), Queue: in.Queue, Step: strings.TrimSpace(in.Step), Instructions: in.Instructions,
+		MaxAttempts: intOr(in.MaxAttempts, DefaultMaxAttempts), LeaseSeconds: intOr(in.LeaseSeconds, DefaultLeaseSeconds),
+		Facts: in.Facts,
+	}
+	return s.Execute(ctx, Command{
+		SessionID: sessionID, Type: EventDelegationCreated, Actor: actor, ExpectedVersion: in.ExpectedVersion,
+		Payload: p, IdempotencyKey: idemKey, Fingerprint: fp, Effect: s.insertDelegation(p, time.Time{}),
+	})
+}
+
+// DelegationCreated is Outcome.Data of a command that queued a delegation.
+type DelegationCreated struct {
+	DelegationID string `json:"delegation_id"`
+}
+
+func (s *Store) insertDelegation(p DelegationPayload, availableAt time.Time) func(tx *gorm.DB, next State, ev Event) (any, error) {
+	return func(tx *gorm.DB, next State, ev Event) (any, error) {
+		if _, err := s.endDelegation(DelegationCancelled)(tx, next, ev); err != nil {
+			return nil, err
+		}
+		now := ev.CreatedAt
+		avail := now
+		if !availableAt.IsZero() {
+			avail = NewUTCTime(availableAt)
+		}
+		d := Delegation{
+			ID: p.DelegationID, SessionID: next.SessionID, Queue: p.Queue, Step: p.Step,
+			Instructions: p.Instructions, Status: DelegationQueued, Priority: next.Priority, Attempt: 1,
+			MaxAttempts: p.MaxAttempts, LeaseSeconds: p.LeaseSeconds, AvailableAt: avail,
+			CreatedAt: now, UpdatedAt: now,
+		}
+		if err := tx.Create(&d).Error; err != nil {
+			return nil, fmt.Errorf("delegation %s: insert: %w", d.ID, err)
+		}
+		return DelegationCreated{DelegationID: d.ID}, nil
+	}
+}
+
+// endDelegation ends whatever delegation of the session is still open (the
+// lease, if any, is fenced off with it).
+func (s *Store) endDelegation(status DelegationStatus) func(tx *gorm.DB, next State, ev Event) (any, error) {
+	return func(tx *gorm.DB, next State, ev Event) (any, error) {
+		err := tx.Exec(`UPDATE delegations SET status = ?, lease_token = NULL, lease_expires_at = NULL, updated_at = ?
+			WHERE session_id = ? AND status IN ('queued', 'leased', 'held')`, status, ev.CreatedAt, next.SessionID).Error
+		if err != nil {
+			return nil, fmt.Errorf("session %s: end delegations: %w", next.SessionID, err)
+		}
+		return nil, nil
+	}
+}
+
+// holdDelegation takes a paused session's delegation out of the queue and
+// revokes its lease.
+func (s *Store) holdDelegation(tx *gorm.DB, next State, ev Event) (any, error) {
+	err := tx.Exec(`UPDATE delegations SET status = 'held', lease_token = NULL, lease_expires_at = NULL, leased_by = '', updated_at = ?
+		WHERE session_id = ? AND status IN ('queued', 'leased')`, ev.CreatedAt, next.SessionID).Error
+	if err != nil {
+		return nil, fmt.Errorf("session %s: hold delegation: %w", next.SessionID, err)
+	}
+	return nil, nil
+}
+
+// releaseHeldDelegation puts a resumed session's delegation back in the queue.
+func (s *Store) releaseHeldDelegation(tx *gorm.DB, next State, ev Event) (any, error) {
+	err := tx.Exec(`UPDATE delegations SET status = 'queued', available_at = ?, updated_at = ?
+		WHERE session_id = ? AND status = 'held'`, ev.CreatedAt, ev.CreatedAt, next.SessionID).Error
+	if err != nil {
+		return nil, fmt.Errorf("session %s: release delegation: %w", next.SessionID, err)
+	}
+	return nil, nil
+}
+
+// Lease is a worker's claim on a delegation, with its context packet.
+type Lease struct {
+	DelegationID   string    `json:"delegation_id"`
+	SessionID      string    `json:"session_id"`
+	Step           string    `json:"step"`
+	Attempt        int       `json:"attempt"`
+	LeaseToken     string    `json:"lease_token"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	Packet         Packet    `json:"packet"`
+}
+
+// LeaseInput is a worker asking for work.
+type LeaseInput struct {
+	Worker      string `json:"worker"`
+	WaitSeconds *int   `json:"wait_seconds"`
+}
+
+// Validate lists every problem with the input.
+func (in LeaseInput) Validate(queue string) error {
+	v := &ValidationError{}
+	if !namePattern.MatchString(queue) {
+		v.Add("queue", "must be 1-64 letters, digits, '.', '_' or '-'")
+	}
+	if strings.TrimSpace(in.Worker) == "" {
+		v.Add("worker", "is required")
+	} else if len(in.Worker) > 200 {
+		v.Add("worker", "must be at most 200 bytes")
+	}
+	if in.WaitSeconds != nil && (*in.WaitSeconds < 0 || *in.WaitSeconds > MaxWaitSeconds) {
+		v.Add("wait_seconds", "must be between 0 and %d", MaxWaitSeconds)
+	}
+	return v.Err()
+}
+
+// errNoWork rolls back an empty claim so that it leaves no idempotency record.
+var errNoWork = errors.New("no work available")
+
+func newLeaseToken() string {
+	b := make([]byte, 18)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return "lt_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+type claimedRow struct {
+	ID        string
+	SessionID string
+	Step      string
+	Attempt   int
+}
+
+// claimSQL claims the next available delegation of a queue in one statement.
+func (s *Store) claimSQL() string {
+	if s.Dialect == Postgres {
+		return `WITH next AS (
+	SELECT id FROM delegations
+	WHERE queue = ? AND status = 'queued' AND available_at <= ?::timestamptz
+	ORDER BY priority, available_at, id
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE delegations AS d
+SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?::timestamptz,
+    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
+FROM next WHERE d.id = next.id
+RETURNING d.id, d.session_id, d.step, d.attempt`
+	}
+	return `UPDATE delegations
+SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?,
+    lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f', ?, '+' || lease_seconds || ' seconds') || '000Z'
+WHERE id IN (
+	SELECT id FROM delegations
+	WHERE queue = ? AND status = 'queued' AND available_at <= ?
+	ORDER BY priority, available_at, id
+	LIMIT 1
+)
+RETURNING id, session_id, step, attempt`
+}
+
+// Claim leases the next available delegation of queue to worker, or returns
+// (nil, nil) when there is none right now. The claim and the
+// delegation.leased event commit together.
+func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string) (*Lease, error) {
+	fp, err := Fingerprint("lease", queue, worker)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *gorm.DB) (Outcome, error) {
+		now := NewUTCTime(s.now())
+		token := newLeaseToken()
+		var rows []claimedRow
+		var q *gorm.DB
+		if s.Dialect == Postgres {
+			q = tx.Raw(s.claimSQL(), queue, now, token, worker, now, now)
+		} else {
+			q = tx.Raw(s.claimSQL(), token, worker, now, now.String(), queue, now)
+		}
+		if err := q.Scan(&rows).Error; err != nil {
+			return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
+		}
+		if len(rows) == 0 {
+			return Outcome{}, errNoWork
+		}
+		c := rows[0]
+		out, _, err := s.ExecuteTx(tx, Command{
+			SessionID: c.SessionID, Type: EventDelegationLeased, Actor: actor,
+			Payload: LeasePayload{DelegationID: c.ID, Attempt: c.Attempt, Worker: worker},
+			Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+				var d Delegation
+				if err := tx.Where("id = ?", c.ID).Take(&d).Error; err != nil {
+					return nil, fmt.Errorf("delegation %s: reload: %w", c.ID, err)
+				}
+				return Lease{
+					DelegationID: c.ID, SessionID: c.SessionID, Step: c.Step, Attempt: c.Attempt,
+					LeaseToken: token, LeaseExpiresAt: d.LeaseExpiresAt.Time.Time,
+					Packet: BuildPacket(next, d.Instructions),
+				}, nil
+			},
+		})
+		return out, err
+	})
+	if errors.Is(err, errNoWork) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var l Lease
+	if err := decodeJSON(out.Data, &l); err != nil {
+		return nil, fmt.Errorf("claim from queue %s: decode lease: %w", queue, err)
+	}
+	return &l, nil
+}
+
+// ClaimWait is Claim as a long poll: it waits up to wait for work, waking as
+// soon as work is announced on the queue (and re-checking every second, for
+// retries whose backoff ends and leases the rescuer frees).
+func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey string, wait time.Duration) (*Lease, error) {
+	deadline := time.Now().Add(wait)
+	ch, unsubscribe := s.Wake.Subscribe(queue)
+	defer unsubscribe()
+	for {
+		l, err := s.Claim(ctx, queue, worker, actor, idemKey)
+		if err != nil || l != nil {
+			return l, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		t := time.NewTimer(min(left, time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-ch:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// lockDelegation reads a delegation row, locking it on PostgreSQL.
+func (s *Store) lockDelegation(tx *gorm.DB, id string) (Delegation, error) {
+	q := tx
+	if s.Dialect == Postgres {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	var rows []Delegation
+	if err := q.Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
+		return Delegation{}, fmt.Errorf("delegation %s: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return Delegation{}, &NotFoundError{Kind: "delegation", ID: id}
+	}
+	return rows[0], nil
+}
+
+// GetDelegation returns a delegation row.
+func (s *Store) GetDelegation(ctx context.Context, id string) (Delegation, error) {
+	return s.lockDelegation(s.DB.WithContext(ctx), id)
+}
+
+// leaseProblem says why token does not hold d's lease at now, or "".
+func leaseProblem(d Delegation, token string, now time.Time) string {
+	switch {
+	case d.LeaseToken == nil || *d.LeaseToken != token:
+		return "superseded"
+	case d.Status != DelegationLeased:
+		return "not_leased"
+	case !d.LeaseExpiresAt.Valid || !d.LeaseExpiresAt.Time.After(now):
+		return "expired"
+	}
+	return ""
+}
+
+// Heartbeat extends a held lease by its lease_seconds and returns the new
+// expiry. Heartbeats are not events: they change no session state.
+func (s *Store) Heartbeat(ctx context.Context, delegationID, token string) (time.Time, error) {
+	if token == "" {
+		return time.Time{}, &ValidationError{Fields: []FieldError{{Field: "lease_token", Message: "is required"}}}
+	}
+	var expires time.Time
+	err := s.Transact(ctx, func(tx *gorm.DB) error {
+		d, err := s.lockDelegation(tx, delegationID)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if why := leaseProblem(d, token, now); why != "" {
+			return s.leaseError(tx, d, why)
+		}
+		expires = now.Add(time.Duration(d.LeaseSeconds) * time.Second)
+		return tx.Model(&Delegation{}).Where("id = ?", d.ID).
+			Updates(map[string]any{"lease_expires_at": NewUTCTime(expires), "updated_at": NewUTCTime(now)}).Error
+	})
+	return expires, err
+}
+
+func (s *Store) leaseError(tx *gorm.DB, d Delegation, why string) error {
+	le := &LeaseError{DelegationID: d.ID, SessionID: d.SessionID, Reason: why}
+	var v int64
+	if err := tx.Model(&Session{}).Select("state_version").Where("id = ?", d.SessionID).Scan(&v).Error; err == nil {
+		le.CurrentVersion = v
+	}
+	return le
+}
+
+// Result types of the return contract.
+const (
+	ResultCompleted  = "completed"
+	ResultNeedsInput = "needs_input"
+	ResultRejected   = "rejected"
+	ResultEscalated  = "escalated"
+	ResultFailed     = "failed"
+)
+
+var resultEvents = map[string]EventType{
+	ResultCompleted: EventResultCompleted, ResultNeedsInput: EventResultNeedsInput,
+	ResultRejected: EventResultRejected, ResultEscalated: EventResultEscalated, ResultFailed: EventResultFailed,
+}
+
+// backoff returns the delay before retry number attempt (1-based) with full
+// jitter: uniformly random up to the capped exponential delay.
+func backoff(attempt int, r *mathrand.Rand) time.Duration {
+	d := RetryBaseDelay << max(0, attempt-1)
+	if d <= 0 || d > RetryMaxDelay {
+		d = RetryMaxDelay
+	}
+	return d/2 + time.Duration(r.Int64N(int64(d/2)+1))
+}
+
+// SubmitResult applies a worker's return contract. The contract is checked
+// first (a 422 leaves the lease usable); then, under the session lock, the
+// lease is checked (409 when expired or superseded) and the event, the
+// delegation change and any retry commit together.
+func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey string, in ResultInput) (Outcome, error) {
+	if err := in.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	fp, err := Fingerprint("result", delegationID, in)
+	if err != nil {
+		return Outcome{}, err
+	}
+	d, err := s.GetDelegation(ctx, delegationID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	v := &ValidationError{}
+	if in.SessionID != d.SessionID {
+		v.Add("session_id", "does not match the delegation's session %s", d.SessionID)
+	}
+	if in.Step != d.Step {
+		v.Add("step", "does not match the delegation's step %q", d.Step)
+	}
+	if err := v.Err(); err != nil {
+		return Outcome{}, err
+	}
+	var retryAt time.Time
+	return s.Execute(ctx, Command{
+		SessionID: d.SessionID, Type: resultEvents[in.ResultType], Actor: actor,
+		IdempotencyKey: idemKey, Fingerprint: fp,
+		Prepare: func(tx *gorm.DB, cur State) (any, error) {
+			retryAt = time.Time{}
+			d, err := s.lockDelegation(tx, delegationID)
+			if err != nil {
+				return nil, err
+			}
+			now := s.now()
+			if why := leaseProblem(d, in.LeaseToken, now); why != "" {
+				return nil, &LeaseError{DelegationID: d.ID, SessionID: d.SessionID, Reason: why, CurrentVersion: cur.Version}
+			}
+			p := ResultPayload{
+				DelegationID: d.ID, Attempt: d.Attempt, Step: d.Step, ResultType: in.ResultType,
+				Output: in.Output, Evidence: in.Evidence, Uncertainty: in.Uncertainty, NextStep: in.NextStep,
+				Question: in.Question, Risks: in.Risks, Failure: in.Failure,
+			}
+			if in.Failure != nil && in.Failure.Class == FailureTransient && d.Attempt < d.MaxAttempts {
+				p.Retry = true
+				p.NextAttempt = d.Attempt + 1
+				r := mathrand.New(mathrand.NewPCG(uint64(now.UnixNano()), uint64(len(d.ID))))
+				retryAt = now.Add(backoff(d.Attempt, r))
+				p.RetryAt = NewUTCTime(retryAt).String()
+			}
+			return p, nil
+		},
+		Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+			var err error
+			switch {
+			case !retryAt.IsZero():
+				err = tx.Exec(`UPDATE delegations SET status = 'queued', attempt = attempt + 1, lease_token = NULL,
+					lease_expires_at = NULL, leased_by = '', available_at = ?, updated_at = ? WHERE id = ?`,
+					NewUTCTime(retryAt), ev.CreatedAt, delegationID).Error
+			case in.ResultType == ResultFailed:
+				err = tx.Exec(`UPDATE delegations SET status = 'failed', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+					ev.CreatedAt, delegationID).Error
+			default:
+				err = tx.Exec(`UPDATE delegations SET status = 'done', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+					ev.CreatedAt, delegationID).Error
+			}
+			if err != nil {
+				return nil, fmt.Errorf("delegation %s: record result: %w", delegationID, err)
+			}
+			return nil, nil
+		},
+	})
+}
+
+// errSkip aborts a rescue whose lease changed since it was seen.
+var errSkip = errors.New("skip")
+
+// RescuerActor is the actor of events the rescuer writes.
+const RescuerActor = "system:rescuer"
+
+// RescueExpired finds leases that ran out and makes their delegations
+// available again as attempt+1 (or escalates when attempts are exhausted).
+// Several processes may run it at once: each rescue re-checks the lease under
+// the session and delegation locks, so a lease is rescued exactly once.
+func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var due []Delegation
+	if err := s.DB.WithContext(ctx).Where("status = ? AND lease_expires_at < ?", DelegationLeased, NewUTCTime(s.now())).
+		Order("lease_expires_at").Limit(limit).Find(&due).Error; err != nil {
+		return 0, fmt.Errorf("find expired leases: %w", err)
+	}
+	n := 0
+	for _, seen := range due {
+		_, err := s.Execute(ctx, Command{
+			SessionID: seen.SessionID, Type: EventDelegationExpired, Actor: RescuerActor,
+			Prepare: func(tx *gorm.DB, cur State) (any, error) {
+				d, err := s.lockDelegation(tx, seen.ID)
+				if err != nil {
+					return nil, err
+				}
+				if d.Status != DelegationLeased || d.LeaseToken == nil || seen.LeaseToken == nil ||
+					*d.LeaseToken != *seen.LeaseToken || d.LeaseExpiresAt.Time.After(s.now()) {
+					return nil, errSkip
+				}
+				return ExpiredPayload{
+					DelegationID: d.ID, Attempt: d.Attempt, Worker: d.LeasedBy,
+					NextAttempt: d.Attempt + 1, Exhausted: d.Attempt >= d.MaxAttempts,
+				}, nil
+			},
+			Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+				q := `UPDATE delegations SET status = 'queued', attempt = attempt + 1, lease_token = NULL,
+					lease_expires_at = NULL, leased_by = '', available_at = ?, updated_at = ? WHERE id = ?`
+				args := []any{ev.CreatedAt, ev.CreatedAt, seen.ID}
+				if next.Status == StatusEscalated {
+					q = `UPDATE delegations SET status = 'failed', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`
+					args = []any{ev.CreatedAt, seen.ID}
+				}
+				return nil, tx.Exec(q, args...).Error
+			},
+		})
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, errSkip), ErrorCode(err) == EILLEGAL:
+			// Another process rescued it, or a result or pause got there first.
+		default:
+			return n, fmt.Errorf("rescue delegation %s: %w", seen.ID, err)
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,127 @@
+package models
+
+import "encoding/json"
+
+// Resource is something a worker may use for the session (a database, an API).
+type Resource struct {
+	Name string `json:"name"`
+	URI  string `json:"uri,omitempty"`
+}
+
+// Evidence backs a claim with where it came from.
+type Evidence struct {
+	Claim  string `json:"claim"`
+	Source string `json:"source,omitempty"`
+}
+
+// Uncertainty is how sure a worker (or human) is of a result, 0 = certain.
+type Uncertainty struct {
+	Level float64 `json:"level"`
+	Notes string  `json:"notes,omitempty"`
+}
+
+// StepRecord is one finished step, kept in the state so that the packet and the
+// escalation package can say what was already done without the raw history.
+type StepRecord struct {
+	Step         string          `json:"step"`
+	DelegationID string          `json:"delegation_id,omitempty"`
+	Attempt      int             `json:"attempt,omitempty"`
+	By           string          `json:"by"`
+	ResultType   string          `json:"result_type"`
+	Output       json.RawMessage `json:"output,omitempty"`
+	NextStep     string          `json:"next_step,omitempty"`
+	AtVersion    int64           `json:"at_version"`
+}
+
+// ActiveDelegation is the delegation a session is waiting on, as the state sees
+// it. The lease token and expiry are queue details and live only on the
+// delegation row, so heartbeats do not grow the event log.
+type ActiveDelegation struct {
+	ID           string `json:"id"`
+	Queue        string `json:"queue"`
+	Step         string `json:"step"`
+	Instructions string `json:"instructions,omitempty"`
+	Attempt      int    `json:"attempt"`
+	MaxAttempts  int    `json:"max_attempts"`
+	LeaseSeconds int    `json:"lease_seconds"`
+	Worker       string `json:"worker,omitempty"`
+}
+
+// Escalation is the package a human gets when a session escalates: everything
+// needed to decide without reading the history.
+type Escalation struct {
+	Reason          string         `json:"reason"`
+	Question        string         `json:"question"`
+	Goal            string         `json:"goal"`
+	ParentGoal      string         `json:"parent_goal,omitempty"`
+	Facts           map[string]any `json:"facts,omitempty"`
+	CompletedSteps  []string       `json:"completed_steps,omitempty"`
+	Evidence        []Evidence     `json:"evidence,omitempty"`
+	Risks           []string       `json:"risks,omitempty"`
+	RecommendedNext string         `json:"recommended_next_step,omitempty"`
+	Uncertainty     *Uncertainty   `json:"uncertainty,omitempty"`
+	Step            string         `json:"step,omitempty"`
+	DelegationID    string         `json:"delegation_id,omitempty"`
+	By              string         `json:"by"`
+	AtVersion       int64          `json:"at_version"`
+}
+
+// Note is a human's note on a session, optionally with evidence.
+type Note struct {
+	By        string    `json:"by"`
+	Text      string    `json:"text"`
+	Evidence  *Evidence `json:"evidence,omitempty"`
+	AtVersion int64     `json:"at_version"`
+}
+
+// Join is how a parent waits for its children (the fan-out join contract).
+type Join struct {
+	Policy         string   `json:"policy"`
+	Quorum         int      `json:"quorum,omitempty"`
+	TimeoutSeconds int      `json:"timeout_seconds,omitempty"`
+	Children       []string `json:"children"`
+}
+
+// State is a session's latest valid state. It is produced only by Apply, stored
+// as canonical JSON on the session row, and rebuilt exactly by replay.
+type State struct {
+	SessionID      string            `json:"session_id"`
+	ParentID       string            `json:"parent_id,omitempty"`
+	TicketRef      string            `json:"ticket_ref,omitempty"`
+	Goal           string            `json:"goal"`
+	Priority       int               `json:"priority"`
+	Status         Status            `json:"status"`
+	Version        int64             `json:"version"`
+	Constraints    []string          `json:"constraints,omitempty"`
+	Resources      []Resource        `json:"resources,omitempty"`
+	DoneCriteria   []string          `json:"done_criteria,omitempty"`
+	Facts          map[string]any    `json:"facts,omitempty"`
+	OpenQuestions  []string          `json:"open_questions,omitempty"`
+	CompletedSteps []StepRecord      `json:"completed_steps,omitempty"`
+	Evidence       []Evidence        `json:"evidence,omitempty"`
+	Risks          []string          `json:"risks,omitempty"`
+	CurrentStep    string            `json:"current_step,omitempty"`
+	NextStep       string            `json:"next_step,omitempty"`
+	Uncertainty    *Uncertainty      `json:"uncertainty,omitempty"`
+	Delegation     *ActiveDelegation `json:"delegation,omitempty"`
+	Escalation     *Escalation       `json:"escalation,omitempty"`
+	Assignee       string            `json:"assignee,omitempty"`
+	PausedFrom     Status            `json:"paused_from,omitempty"`
+	Notes          []Note            `json:"notes,omitempty"`
+	Join           *Join             `json:"join,omitempty"`
+	Outcome        string            `json:"outcome,omitempty"`
+	Reviews        int               `json:"reviews,omitempty"`
+}
+
+// clone returns a deep copy of s, so that Apply never mutates its input.
+func (s State) clone() State {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic("models: state does not marshal: " + err.Error())
+	}
+	var c State
+	if err := decodeJSON(b, &c); err != nil {
+		panic("models: state does not unmarshal: " + err.Error())
+	}
+	return c
+}

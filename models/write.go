@@ -1,0 +1,358 @@
+package models
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// Session is the projection row of a session: its latest valid state and the
+// columns the console filters and sorts on.
+type Session struct {
+	ID           string `gorm:"primaryKey"`
+	ParentID     *string
+	TicketRef    string
+	Goal         string
+	Status       Status
+	Priority     int
+	StateVersion int64
+	CurrentStep  string
+	Queue        string
+	Assignee     string
+	State        string
+	LastHash     string
+	EscalatedAt  NullTime
+	CreatedAt    UTCTime
+	UpdatedAt    UTCTime
+}
+
+// TableName pins the table name for GORM.
+func (Session) TableName() string { return "sessions" }
+
+// Decode returns the stored state.
+func (s Session) Decode() (State, error) {
+	var st State
+	if err := decodeJSON([]byte(s.State), &st); err != nil {
+		return State{}, fmt.Errorf("session %s: decode state: %w", s.ID, err)
+	}
+	return st, nil
+}
+
+// Command is one state-changing request on a session. Every write of the
+// product, from the API, the console, the queue, the rescuer and the demo
+// seed, is a Command executed by Store.Execute.
+type Command struct {
+	// SessionID is the target; for EventSessionCreated it is the id to create.
+	SessionID string
+	Type      EventType
+	Actor     string
+	// ExpectedVersion, when set, must equal the current state version.
+	ExpectedVersion *int64
+	Payload         any
+	// IdempotencyKey makes a repeat return the first outcome. Keys are scoped
+	// to the actor.
+	IdempotencyKey string
+	// Fingerprint identifies "the same request" for IdempotencyKey; by default
+	// a hash of the session, type, expected version and payload.
+	Fingerprint string
+	// Prepare runs in the transaction after the session is locked and before
+	// the event is built. It checks fences (leases) and may return a payload
+	// computed from the current state; a nil payload keeps Command.Payload.
+	Prepare func(tx *gorm.DB, cur State) (payload any, err error)
+	// Effect runs in the same transaction after the event is appended: the
+	// queue changes that must commit or roll back with it. Its result, if not
+	// nil, becomes Outcome.Data.
+	Effect func(tx *gorm.DB, next State, ev Event) (data any, err error)
+}
+
+// Outcome is what a command did. For an idempotent repeat it is the first
+// call's outcome, with Replayed set.
+type Outcome struct {
+	SessionID    string          `json:"session_id"`
+	Status       Status          `json:"status"`
+	StateVersion int64           `json:"state_version"`
+	EventID      string          `json:"event_id,omitempty"`
+	Seq          int64           `json:"seq,omitempty"`
+	Data         json.RawMessage `json:"data,omitempty"`
+	Replayed     bool            `json:"-"`
+}
+
+// Execute runs cmd through the single write path, in one transaction: check
+// the idempotency key, lock the session, check the expected version, run
+// Prepare, build and hash the event, Apply it, append it, update the
+// projection, run Effect, record the idempotent outcome.
+func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
+	if cmd.Actor == "" {
+		return Outcome{}, fmt.Errorf("execute %s: command has no actor", cmd.Type)
+	}
+	fp := cmd.Fingerprint
+	if fp == "" {
+		var err error
+		if fp, err = Fingerprint(cmd.SessionID, cmd.Type, cmd.ExpectedVersion, cmd.Payload); err != nil {
+			return Outcome{}, fmt.Errorf("execute %s: %w", cmd.Type, err)
+		}
+	}
+	var notify []string
+	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *gorm.DB) (Outcome, error) {
+		out, queues, err := s.ExecuteTx(tx, cmd)
+		notify = queues
+		return out, err
+	})
+	if err == nil && !out.Replayed {
+		for _, q := range notify {
+			s.Wake.Notify(q)
+		}
+	}
+	return out, err
+}
+
+// Fingerprint hashes the parts of a command that make it "the same request".
+func Fingerprint(parts ...any) (string, error) {
+	b, err := Canonical(parts)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+type idempotencyRow struct {
+	Scope       string
+	Key         string
+	Fingerprint string
+	Outcome     string
+	CreatedAt   UTCTime
+}
+
+func (idempotencyRow) TableName() string { return "idempotency_keys" }
+
+// Idempotent runs fn in a transaction unless (scope, key) was already used:
+// then it returns the stored outcome (same fingerprint) or
+// ErrIdempotencyMismatch, and runs nothing. An empty key always runs fn.
+func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, fn func(tx *gorm.DB) (Outcome, error)) (Outcome, error) {
+	var out Outcome
+	err := s.Transact(ctx, func(tx *gorm.DB) error {
+		if key != "" {
+			prev, found, err := lookupIdempotency(tx, scope, key, fingerprint)
+			if err != nil || found {
+				out = prev
+				return err
+			}
+		}
+		var err error
+		if out, err = fn(tx); err != nil {
+			return err
+		}
+		if key == "" {
+			return nil
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		return tx.Create(&idempotencyRow{Scope: scope, Key: key, Fingerprint: fingerprint, Outcome: string(b), CreatedAt: NewUTCTime(s.now())}).Error
+	})
+	if err != nil && key != "" && ErrorCode(err) != EIDEMPOTENCY {
+		// A concurrent duplicate may have committed first, making this one
+		// fail (unique key, stale version, lost lease): answer with its outcome.
+		prev, found, lerr := lookupIdempotency(s.DB.WithContext(ctx), scope, key, fingerprint)
+		if lerr == nil && found {
+			return prev, nil
+		}
+		if lerr != nil && ErrorCode(lerr) == EIDEMPOTENCY {
+			return Outcome{}, lerr
+		}
+	}
+	return out, err
+}
+
+func lookupIdempotency(db *gorm.DB, scope, key, fingerprint string) (Outcome, bool, error) {
+	var rows []idempotencyRow
+	if err := db.Where("scope = ? AND key = ?", scope, key).Limit(1).Find(&rows).Error; err != nil {
+		return Outcome{}, false, fmt.Errorf("idempotency key %q: %w", key, err)
+	}
+	if len(rows) == 0 {
+		return Outcome{}, false, nil
+	}
+	if rows[0].Fingerprint != fingerprint {
+		return Outcome{}, true, fmt.Errorf("idempotency key %q: %w", key, ErrIdempotencyMismatch)
+	}
+	var out Outcome
+	if err := json.Unmarshal([]byte(rows[0].Outcome), &out); err != nil {
+		return Outcome{}, true, fmt.Errorf("idempotency key %q: decode outcome: %w", key, err)
+	}
+	out.Replayed = true
+	return out, true, nil
+}
+
+// lockSession reads a session's projection row, locking it on PostgreSQL.
+// (SQLite serialises writers on its single connection.)
+func (s *Store) lockSession(tx *gorm.DB, id string) (Session, error) {
+	q := tx
+	if s.Dialect == Postgres {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	var rows []Session
+	if err := q.Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
+		return Session{}, fmt.Errorf("session %s: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return Session{}, &NotFoundError{Kind: "session", ID: id}
+	}
+	return rows[0], nil
+}
+
+// ExecuteTx is Execute's body inside a caller's transaction, for writes that
+// must share a transaction with other statements (the lease claim). It
+// returns the queues to wake after commit.
+func (s *Store) ExecuteTx(tx *gorm.DB, cmd Command) (Outcome, []string, error) {
+	var (
+		row     Session
+		cur     State
+		err     error
+		creates = cmd.Type == EventSessionCreated
+	)
+	if creates {
+		if cmd.SessionID == "" {
+			cmd.SessionID = NewID("ses")
+		}
+	} else {
+		if row, err = s.lockSession(tx, cmd.SessionID); err != nil {
+			return Outcome{}, nil, err
+		}
+		if cur, err = row.Decode(); err != nil {
+			return Outcome{}, nil, err
+		}
+	}
+	if cmd.ExpectedVersion != nil && *cmd.ExpectedVersion != cur.Version {
+		return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, ExpectedVersion: *cmd.ExpectedVersion, CurrentVersion: cur.Version}
+	}
+	payload := cmd.Payload
+	if cmd.Prepare != nil {
+		// Prepare runs before the transition check so that a fenced writer
+		// (a lost lease) hears "conflict", not "illegal"; it writes nothing.
+		p, err := cmd.Prepare(tx, cur)
+		if err != nil {
+			return Outcome{}, nil, err
+		}
+		if p != nil {
+			payload = p
+		}
+	}
+	if !creates && !Allowed(cur.Status, cmd.Type) {
+		return Outcome{}, nil, &IllegalTransitionError{SessionID: cmd.SessionID, From: cur.Status, Event: cmd.Type, CurrentVersion: cur.Version}
+	}
+	body, err := Canonical(payload)
+	if err != nil {
+		return Outcome{}, nil, fmt.Errorf("session %s: encode %s payload: %w", cmd.SessionID, cmd.Type, err)
+	}
+	now := NewUTCTime(s.now())
+	ev := Event{
+		ID: NewID("evt"), SessionID: cmd.SessionID, Seq: cur.Version + 1, Type: cmd.Type, Actor: cmd.Actor,
+		VersionBefore: cur.Version, VersionAfter: cur.Version + 1, Payload: string(body),
+		PrevHash: row.LastHash, CreatedAt: now,
+	}
+	if cmd.IdempotencyKey != "" {
+		k := cmd.IdempotencyKey
+		ev.IdempotencyKey = &k
+	}
+	ev.Hash = ComputeHash(ev)
+	next, err := Apply(cur, ev)
+	if err != nil {
+		return Outcome{}, nil, err
+	}
+	stateJSON, err := Canonical(next)
+	if err != nil {
+		return Outcome{}, nil, fmt.Errorf("session %s: encode state: %w", cmd.SessionID, err)
+	}
+	proj := projection(next, string(stateJSON), ev.Hash, now)
+	if creates {
+		proj.CreatedAt = now
+		if err := tx.Create(&proj).Error; err != nil {
+			if isUniqueViolation(err) {
+				return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, CurrentVersion: 1}
+			}
+			return Outcome{}, nil, fmt.Errorf("session %s: insert: %w", cmd.SessionID, err)
+		}
+	} else {
+		if row.EscalatedAt.Valid && inHumanHands(cur.Status) && inHumanHands(next.Status) {
+			// Claims, releases and notes do not restart the escalation clock.
+			proj.EscalatedAt = row.EscalatedAt
+		}
+		res := tx.Model(&Session{}).Where("id = ? AND state_version = ?", cmd.SessionID, cur.Version).
+			Select("*").Omit("id", "created_at").Updates(&proj)
+		if res.Error != nil {
+			return Outcome{}, nil, fmt.Errorf("session %s: update projection: %w", cmd.SessionID, res.Error)
+		}
+		if res.RowsAffected != 1 {
+			return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, ExpectedVersion: cur.Version, CurrentVersion: cur.Version + 1}
+		}
+	}
+	if err := tx.Create(&ev).Error; err != nil {
+		if isUniqueViolation(err) {
+			return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, ExpectedVersion: cur.Version, CurrentVersion: cur.Version + 1}
+		}
+		return Outcome{}, nil, fmt.Errorf("session %s: append event %d: %w", cmd.SessionID, ev.Seq, err)
+	}
+	out := Outcome{SessionID: cmd.SessionID, Status: next.Status, StateVersion: next.Version, EventID: ev.ID, Seq: ev.Seq}
+	if cmd.Effect != nil {
+		data, err := cmd.Effect(tx, next, ev)
+		if err != nil {
+			return Outcome{}, nil, err
+		}
+		if data != nil {
+			if out.Data, err = json.Marshal(data); err != nil {
+				return Outcome{}, nil, err
+			}
+		}
+	}
+	var wake []string
+	if next.Status == StatusQueued && next.Delegation != nil {
+		wake = append(wake, next.Delegation.Queue)
+		if s.Dialect == Postgres {
+			if err := tx.Exec("SELECT pg_notify(?, ?)", NotifyChannel, next.Delegation.Queue).Error; err != nil {
+				return Outcome{}, nil, fmt.Errorf("notify queue %s: %w", next.Delegation.Queue, err)
+			}
+		}
+	}
+	return out, wake, nil
+}
+
+// NotifyChannel is the PostgreSQL channel on which queue names are announced
+// when work becomes available.
+const NotifyChannel = "taskpilots_queue"
+
+// projection derives the session row from a state.
+func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
+	p := Session{
+		ID: st.SessionID, TicketRef: st.TicketRef, Goal: st.Goal, Status: st.Status,
+		Priority: st.Priority, StateVersion: st.Version, CurrentStep: st.CurrentStep,
+		Assignee: st.Assignee, State: stateJSON, LastHash: lastHash, UpdatedAt: now,
+	}
+	if st.ParentID != "" {
+		pid := st.ParentID
+		p.ParentID = &pid
+	}
+	if st.Delegation != nil {
+		p.Queue = st.Delegation.Queue
+	}
+	if st.Status == StatusEscalated || st.Status == StatusHumanActive {
+		p.EscalatedAt = NullTime{Time: now, Valid: true}
+	}
+	return p
+}
+
+func inHumanHands(s Status) bool { return s == StatusEscalated || s == StatusHumanActive }
+
+// DecodeData decodes Outcome.Data into v.
+func (o Outcome) DecodeData(v any) error {
+	if len(o.Data) == 0 {
+		return fmt.Errorf("outcome of %s has no data", o.SessionID)
+	}
+	return decodeJSON(o.Data, v)
+}
