@@ -46,7 +46,9 @@ type Store struct {
 	// Wake is signalled after commits that make work available, so that long
 	// polls in this process return at once. PostgreSQL listeners feed it too.
 	Wake *Broker
-	url  string
+	// Observer, if set, hears about committed and rejected writes.
+	Observer Observer
+	url      string
 }
 
 // OpenOpts configures Open.

@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -97,18 +98,49 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("execute %s: %w", cmd.Type, err)
 		}
 	}
-	var notify []string
+	var (
+		notify   []string
+		ev       Event
+		parentID string
+	)
+	effect := cmd.Effect
+	cmd.Effect = func(tx *gorm.DB, next State, e Event) (any, error) {
+		ev, parentID = e, ""
+		if next.ParentID != "" && next.Status.Terminal() {
+			parentID = next.ParentID
+		}
+		if effect == nil {
+			return nil, nil
+		}
+		return effect(tx, next, e)
+	}
 	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *gorm.DB) (Outcome, error) {
 		out, queues, err := s.ExecuteTx(tx, cmd)
 		notify = queues
 		return out, err
 	})
-	if err == nil && !out.Replayed {
-		for _, q := range notify {
-			s.Wake.Notify(q)
+	if err != nil {
+		if s.Observer != nil && !errors.Is(err, errSkip) && !errors.Is(err, errNoWork) {
+			s.Observer.Rejected(cmd.Type, ErrorCode(err))
 		}
+		return out, err
 	}
-	return out, err
+	if out.Replayed {
+		if s.Observer != nil {
+			s.Observer.Rejected(cmd.Type, EIDEMPOTENCY)
+		}
+		return out, nil
+	}
+	for _, q := range notify {
+		s.Wake.Notify(q)
+	}
+	if s.Observer != nil {
+		s.Observer.Committed(ev, out.Status)
+	}
+	if parentID != "" {
+		s.onChildDone(ctx, parentID)
+	}
+	return out, nil
 }
 
 // Fingerprint hashes the parts of a command that make it "the same request".

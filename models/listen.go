@@ -1,0 +1,50 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Listen forwards PostgreSQL NOTIFYs on NotifyChannel into s.Wake, so that a
+// long poll in this process wakes when another process queues work. It
+// reconnects after errors and returns when ctx is done. On SQLite it only
+// waits for ctx: all writers share the process and notify directly.
+func (s *Store) Listen(ctx context.Context) error {
+	if s.Dialect != Postgres {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		err := s.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.Logger.Warn("queue listener stopped; reconnecting", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		return fmt.Errorf("listen: connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("listen: wait: %w", err)
+		}
+		s.Wake.Notify(n.Payload)
+	}
+}
