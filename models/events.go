@@ -498,6 +498,7 @@ func delegate(n *State, p DelegationPayload) {
 		Attempt: 1, MaxAttempts: p.MaxAttempts, LeaseSeconds: p.LeaseSeconds,
 	}
 	n.CurrentStep = p.Step
+	n.Queue = p.Queue
 	n.Status = StatusQueued
 }
 

@@ -145,9 +145,10 @@ type DelegationCreated struct {
 
 func (s *Store) insertDelegation(p DelegationPayload, availableAt time.Time) func(tx *gorm.DB, next State, ev Event) (any, error) {
 	return func(tx *gorm.DB, next State, ev Event) (any, error) {
-		if _, err := s.endDelegation(DelegationCancelled)(tx, next, ev); err != nil {
-			return nil, err
-		}
+		// No other delegation of the session can be open here: delegations are
+		// created only from statuses in which the state holds none (open,
+		// awaiting_input, human_active), and every path that leaves running
+		// or queued ends its delegation row in the same transaction.
 		now := ev.CreatedAt
 		avail := now
 		if !availableAt.IsZero() {
@@ -246,10 +247,12 @@ func newLeaseToken() string {
 }
 
 type claimedRow struct {
-	ID        string
-	SessionID string
-	Step      string
-	Attempt   int
+	ID             string
+	SessionID      string
+	Step           string
+	Attempt        int
+	Instructions   string
+	LeaseExpiresAt UTCTime
 }
 
 // claimSQL claims the next available delegation of a queue in one statement.
@@ -266,7 +269,7 @@ UPDATE delegations AS d
 SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?::timestamptz,
     lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
 FROM next WHERE d.id = next.id
-RETURNING d.id, d.session_id, d.step, d.attempt`
+RETURNING d.id, d.session_id, d.step, d.attempt, d.instructions, d.lease_expires_at`
 	}
 	return `UPDATE delegations
 SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?,
@@ -277,7 +280,7 @@ WHERE id IN (
 	ORDER BY priority, available_at, id
 	LIMIT 1
 )
-RETURNING id, session_id, step, attempt`
+RETURNING id, session_id, step, attempt, instructions, lease_expires_at`
 }
 
 // Claim leases the next available delegation of queue to worker, or returns
@@ -309,14 +312,10 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 			SessionID: c.SessionID, Type: EventDelegationLeased, Actor: actor,
 			Payload: LeasePayload{DelegationID: c.ID, Attempt: c.Attempt, Worker: worker},
 			Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
-				var d Delegation
-				if err := tx.Where("id = ?", c.ID).Take(&d).Error; err != nil {
-					return nil, fmt.Errorf("delegation %s: reload: %w", c.ID, err)
-				}
 				return Lease{
 					DelegationID: c.ID, SessionID: c.SessionID, Step: c.Step, Attempt: c.Attempt,
-					LeaseToken: token, LeaseExpiresAt: d.LeaseExpiresAt.Time.Time,
-					Packet: BuildPacket(next, d.Instructions),
+					LeaseToken: token, LeaseExpiresAt: c.LeaseExpiresAt.Time,
+					Packet: BuildPacket(next, c.Instructions),
 				}, nil
 			},
 		})

@@ -85,32 +85,35 @@ type Join struct {
 // State is a session's latest valid state. It is produced only by Apply, stored
 // as canonical JSON on the session row, and rebuilt exactly by replay.
 type State struct {
-	SessionID      string            `json:"session_id"`
-	ParentID       string            `json:"parent_id,omitempty"`
-	TicketRef      string            `json:"ticket_ref,omitempty"`
-	Goal           string            `json:"goal"`
-	Priority       int               `json:"priority"`
-	Status         Status            `json:"status"`
-	Version        int64             `json:"version"`
-	Constraints    []string          `json:"constraints,omitempty"`
-	Resources      []Resource        `json:"resources,omitempty"`
-	DoneCriteria   []string          `json:"done_criteria,omitempty"`
-	Facts          map[string]any    `json:"facts,omitempty"`
-	OpenQuestions  []string          `json:"open_questions,omitempty"`
-	CompletedSteps []StepRecord      `json:"completed_steps,omitempty"`
-	Evidence       []Evidence        `json:"evidence,omitempty"`
-	Risks          []string          `json:"risks,omitempty"`
-	CurrentStep    string            `json:"current_step,omitempty"`
-	NextStep       string            `json:"next_step,omitempty"`
-	Uncertainty    *Uncertainty      `json:"uncertainty,omitempty"`
-	Delegation     *ActiveDelegation `json:"delegation,omitempty"`
-	Escalation     *Escalation       `json:"escalation,omitempty"`
-	Assignee       string            `json:"assignee,omitempty"`
-	PausedFrom     Status            `json:"paused_from,omitempty"`
-	Notes          []Note            `json:"notes,omitempty"`
-	Join           *Join             `json:"join,omitempty"`
-	Outcome        string            `json:"outcome,omitempty"`
-	Reviews        int               `json:"reviews,omitempty"`
+	SessionID      string         `json:"session_id"`
+	ParentID       string         `json:"parent_id,omitempty"`
+	TicketRef      string         `json:"ticket_ref,omitempty"`
+	Goal           string         `json:"goal"`
+	Priority       int            `json:"priority"`
+	Status         Status         `json:"status"`
+	Version        int64          `json:"version"`
+	Constraints    []string       `json:"constraints,omitempty"`
+	Resources      []Resource     `json:"resources,omitempty"`
+	DoneCriteria   []string       `json:"done_criteria,omitempty"`
+	Facts          map[string]any `json:"facts,omitempty"`
+	OpenQuestions  []string       `json:"open_questions,omitempty"`
+	CompletedSteps []StepRecord   `json:"completed_steps,omitempty"`
+	Evidence       []Evidence     `json:"evidence,omitempty"`
+	Risks          []string       `json:"risks,omitempty"`
+	CurrentStep    string         `json:"current_step,omitempty"`
+	// Queue is the queue the session was last delegated to; it stays set
+	// after the delegation ends so escalations can be filtered by queue.
+	Queue       string            `json:"queue,omitempty"`
+	NextStep    string            `json:"next_step,omitempty"`
+	Uncertainty *Uncertainty      `json:"uncertainty,omitempty"`
+	Delegation  *ActiveDelegation `json:"delegation,omitempty"`
+	Escalation  *Escalation       `json:"escalation,omitempty"`
+	Assignee    string            `json:"assignee,omitempty"`
+	PausedFrom  Status            `json:"paused_from,omitempty"`
+	Notes       []Note            `json:"notes,omitempty"`
+	Join        *Join             `json:"join,omitempty"`
+	Outcome     string            `json:"outcome,omitempty"`
+	Reviews     int               `json:"reviews,omitempty"`
 }
 
 // clone returns a deep copy of s, so that Apply never mutates its input.

@@ -370,9 +370,7 @@ func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
 		pid := st.ParentID
 		p.ParentID = &pid
 	}
-	if st.Delegation != nil {
-		p.Queue = st.Delegation.Queue
-	}
+	p.Queue = st.Queue
 	if st.Status == StatusEscalated || st.Status == StatusHumanActive {
 		p.EscalatedAt = NullTime{Time: now, Valid: true}
 	}
