@@ -1,18 +1,136 @@
 package handlers
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/taskpilots/handoff/models"
 )
 
-// API serves the JSON API of API.md under /api/v1. (Stub: being filled in.)
+// API serves the JSON API of API.md under /api/v1: thin handlers that bind a
+// request strictly, check the caller's token and role, call one models
+// function and answer JSON. Errors are returned, never written here; the
+// server's error handler turns them into problem+json with WriteProblem.
 type API struct {
 	Store *models.Store
 	Log   *slog.Logger
 }
 
-// Register adds the API routes to g (the /api/v1 group).
-func (a *API) Register(g *echo.Group) {}
+// Roles allowed on each kind of route. Admin tokens may call every route, so
+// admin is not listed.
+var (
+	readRoles       = []models.Role{models.RoleController, models.RoleWorker}
+	controllerRoles = []models.Role{models.RoleController}
+	workerRoles     = []models.Role{models.RoleWorker}
+)
+
+// Register adds the API routes to g (the /api/v1 group). Authentication is
+// attached per route rather than with g.Use, so that the public OpenAPI
+// document stays public and g gets no catch-all routes of ours.
+func (a *API) Register(g *echo.Group) {
+	g.GET("/openapi.json", a.openAPI)
+	g.GET("/metrics", ProductMetrics(a.Store), a.auth(readRoles...))
+
+	g.POST("/sessions", a.createSession, a.auth(controllerRoles...))
+	g.GET("/sessions/:id", a.getSession, a.auth(readRoles...))
+	g.GET("/sessions/:id/events", a.listEvents, a.auth(readRoles...))
+	g.GET("/sessions/:id/state", a.stateAt, a.auth(readRoles...))
+	g.GET("/sessions/:id/packet", a.packet, a.auth(readRoles...))
+	g.POST("/sessions/:id/pause", a.transition(models.EventSessionPaused), a.auth(controllerRoles...))
+	g.POST("/sessions/:id/resume", a.transition(models.EventSessionResumed), a.auth(controllerRoles...))
+	g.POST("/sessions/:id/escalate", a.transition(models.EventSessionEscalated), a.auth(controllerRoles...))
+	g.POST("/sessions/:id/cancel", a.transition(models.EventSessionCancelled), a.auth(controllerRoles...))
+	g.POST("/sessions/:id/delegations", a.delegate, a.auth(controllerRoles...))
+	g.POST("/sessions/:id/children", a.children, a.auth(controllerRoles...))
+
+	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
+	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
+	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
+}
+
+// tokenKey is where auth leaves the caller's token in the echo context.
+const tokenKey = "handlers.api_token"
+
+// auth authenticates the bearer token and admits admins and the given roles.
+// A missing or unknown token is a 401 that says how to authenticate; a known
+// token of the wrong role is a 403.
+func (a *API) auth(roles ...models.Role) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			secret, ok := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
+			if !ok {
+				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="taskpilots"`)
+				return fmt.Errorf("%w: send Authorization: Bearer <token>", models.ErrUnauthorized)
+			}
+			tok, err := a.Store.AuthenticateToken(c.Request().Context(), secret)
+			if err != nil {
+				if models.ErrorCode(err) == models.EUNAUTH {
+					c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="taskpilots", error="invalid_token"`)
+				}
+				return err
+			}
+			if tok.Role != models.RoleAdmin && !hasRole(tok.Role, roles) {
+				return fmt.Errorf("%w: a %s token may not %s %s", models.ErrForbidden, tok.Role, c.Request().Method, c.Path())
+			}
+			c.Set(tokenKey, tok)
+			return next(c)
+		}
+	}
+}
+
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+func hasRole(r models.Role, roles []models.Role) bool {
+	for _, x := range roles {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// actor is how the authenticated caller appears in events; it also scopes
+// idempotency keys, so two callers cannot collide on a key.
+func actor(c echo.Context) string {
+	tok, _ := c.Get(tokenKey).(models.APIToken)
+	return tok.Actor()
+}
+
+// writeOutcome answers a write. Every write's body is built from the
+// models.Outcome alone (never from a read after the write), so that an
+// idempotent repeat, which gets the stored first outcome back, answers with
+// the same status and the same bytes.
+func writeOutcome(c echo.Context, status int, out models.Outcome, body any) error {
+	if out.Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	return c.JSON(status, body)
+}
+
+// sessionWritten is the answer to a command on a session.
+type sessionWritten struct {
+	SessionID    string        `json:"session_id"`
+	Status       models.Status `json:"status"`
+	StateVersion int64         `json:"state_version"`
+}
+
+func written(out models.Outcome) sessionWritten {
+	return sessionWritten{SessionID: out.SessionID, Status: out.Status, StateVersion: out.StateVersion}
+}
+
+func (a *API) log() *slog.Logger {
+	if a.Log != nil {
+		return a.Log
+	}
+	return slog.Default()
+}

@@ -72,6 +72,9 @@ func ProblemFor(err error) Problem {
 		p.Errors = ve.Fields
 		p.Detail = "The request has invalid fields."
 	}
+	if models.ErrorCode(err) == models.EIDEMPOTENCY {
+		p.Errors = []models.FieldError{{Field: "Idempotency-Key", Message: "was already used with a different request body"}}
+	}
 	if v, ok := models.CurrentVersion(err); ok {
 		p.CurrentVersion = &v
 	}

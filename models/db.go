@@ -46,6 +46,8 @@ type Store struct {
 	// Wake is signalled after commits that make work available, so that long
 	// polls in this process return at once. PostgreSQL listeners feed it too.
 	Wake *Broker
+	// SLA is the escalation SLA per priority; nil means DefaultSLAPolicy.
+	SLA SLAPolicy
 	// Observer, if set, hears about committed and rejected writes.
 	Observer Observer
 	url      string

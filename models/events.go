@@ -93,6 +93,13 @@ type ReasonPayload struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// PausePayload pauses a session; with Until it is a snooze, and the
+// maintenance pass resumes the session at that time (RFC 3339).
+type PausePayload struct {
+	Reason string `json:"reason,omitempty"`
+	Until  string `json:"until,omitempty"`
+}
+
 // EscalatePayload is a controller's or the system's escalation.
 type EscalatePayload struct {
 	Reason   string `json:"reason,omitempty"`
@@ -109,6 +116,9 @@ type DelegationPayload struct {
 	LeaseSeconds int            `json:"lease_seconds"`
 	Facts        map[string]any `json:"facts,omitempty"`
 	Note         string         `json:"note,omitempty"`
+	// AvailableAt, when set, schedules the delegation: it is not claimable
+	// before this time (RFC 3339).
+	AvailableAt string `json:"available_at,omitempty"`
 }
 
 // LeasePayload records that a worker holds the delegation's lease.
@@ -195,11 +205,13 @@ type ChildOutcome struct {
 	Status    Status          `json:"status"`
 	Output    json.RawMessage `json:"output,omitempty"`
 	Evidence  []Evidence      `json:"evidence,omitempty"`
+	Goal      string          `json:"goal,omitempty"`
+	Outcome   string          `json:"outcome,omitempty"`
 }
 
 // JoinPayload records that a join contract was met, timed out or conflicted.
 type JoinPayload struct {
-	Result   string         `json:"result"` // met, timeout, conflict
+	Result   string         `json:"result"` // met, timeout, conflict, unmet
 	Children []ChildOutcome `json:"children"`
 	Reason   string         `json:"reason,omitempty"`
 }
@@ -270,6 +282,11 @@ func applyPayload(n *State, e Event) error {
 			n.Facts = mergeFacts(n.Facts, map[string]any{"parent_goal": p.ParentGoal})
 		}
 	case EventSessionPaused:
+		var p PausePayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		n.PausedUntil = p.Until
 		n.PausedFrom = n.Status
 		if n.Status == StatusRunning {
 			// Pausing revokes the lease; resuming queues the work again.
@@ -282,12 +299,14 @@ func applyPayload(n *State, e Event) error {
 	case EventSessionResumed:
 		n.Status = n.PausedFrom
 		n.PausedFrom = ""
+		n.PausedUntil = ""
 	case EventSessionEscalated:
 		var p EscalatePayload
 		if err := decodeJSON(payload, &p); err != nil {
 			return err
 		}
 		n.PausedFrom = ""
+		n.PausedUntil = ""
 		escalate(n, e, p.Reason, p.Question, "", nil)
 	case EventSessionCancelled:
 		var p ReasonPayload
@@ -299,6 +318,7 @@ func applyPayload(n *State, e Event) error {
 		n.Delegation = nil
 		n.Assignee = ""
 		n.PausedFrom = ""
+		n.PausedUntil = ""
 	case EventDelegationCreated:
 		var p DelegationPayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -416,8 +436,12 @@ func applyPayload(n *State, e Event) error {
 		for _, c := range p.Children {
 			n.Evidence = keepLast(append(n.Evidence, c.Evidence...), maxKeptEvidence)
 		}
+		if n.Join != nil {
+			n.Join.Result = p.Result
+		}
 		if p.Result != "met" {
 			escalate(n, e, "join "+p.Result+": "+p.Reason, "The child sessions did not agree or did not finish in time. Which result stands?", "", nil)
+			n.Escalation.Children = p.Children
 			return nil
 		}
 		n.Status = StatusOpen

@@ -2,12 +2,18 @@ package models
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
 // MaintenanceReport counts what one maintenance pass did.
 type MaintenanceReport struct {
 	Rescued int
+	// Joined counts joins recorded (timed out, or caught up after a missed
+	// child-done hook); Resumed, snoozes ended; SLABreaches, breaches recorded.
+	Joined      int
+	Resumed     int
+	SLABreaches int
 }
 
 // Maintain runs one pass of the periodic background work: rescuing expired
@@ -18,6 +24,16 @@ func (s *Store) Maintain(ctx context.Context) (MaintenanceReport, error) {
 	n, err := s.RescueExpired(ctx, 200)
 	r.Rescued = n
 	if err != nil {
+		return r, fmt.Errorf("maintain: %w", err)
+	}
+	var errs []error
+	r.Joined, err = s.MaintainJoins(ctx, 200)
+	errs = append(errs, err)
+	r.Resumed, err = s.ResumeSnoozed(ctx, 200)
+	errs = append(errs, err)
+	r.SLABreaches, err = s.RecordSLABreaches(ctx, 200)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
 		return r, fmt.Errorf("maintain: %w", err)
 	}
 	return r, nil

@@ -75,6 +75,10 @@ type DelegateInput struct {
 	MaxAttempts     *int           `json:"max_attempts"`
 	LeaseSeconds    *int           `json:"lease_seconds"`
 	Facts           map[string]any `json:"facts"`
+	// AvailableAt (RFC 3339) or DelaySeconds schedule the delegation for
+	// later; it is not claimable before then. At most one may be given.
+	AvailableAt  string `json:"available_at"`
+	DelaySeconds *int   `json:"delay_seconds"`
 }
 
 // Validate lists every problem with the input.
@@ -85,6 +89,7 @@ func (in DelegateInput) Validate() error {
 		v.Add("expected_version", "is required")
 	}
 	validateFacts(v, "facts", in.Facts)
+	validateSchedule(v, in.AvailableAt, in.DelaySeconds)
 	return v.Err()
 }
 
@@ -127,14 +132,18 @@ func (s *Store) Delegate(ctx context.Context, sessionID, actor, idemKey string, 
 	if err != nil {
 		return Outcome{}, err
 	}
+	at, err := s.scheduledAt(in.AvailableAt, in.DelaySeconds)
+	if err != nil {
+		return Outcome{}, err
+	}
 	p := DelegationPayload{
 		DelegationID: NewID("dlg"), Queue: in.Queue, Step: strings.TrimSpace(in.Step), Instructions: in.Instructions,
 		MaxAttempts: intOr(in.MaxAttempts, DefaultMaxAttempts), LeaseSeconds: intOr(in.LeaseSeconds, DefaultLeaseSeconds),
-		Facts: in.Facts,
+		Facts: in.Facts, AvailableAt: formatScheduled(at),
 	}
 	return s.Execute(ctx, Command{
 		SessionID: sessionID, Type: EventDelegationCreated, Actor: actor, ExpectedVersion: in.ExpectedVersion,
-		Payload: p, IdempotencyKey: idemKey, Fingerprint: fp, Effect: s.insertDelegation(p, time.Time{}),
+		Payload: p, IdempotencyKey: idemKey, Fingerprint: fp, Effect: s.insertDelegation(p, at),
 	})
 }
 
@@ -193,8 +202,10 @@ func (s *Store) holdDelegation(tx *gorm.DB, next State, ev Event) (any, error) {
 
 // releaseHeldDelegation puts a resumed session's delegation back in the queue.
 func (s *Store) releaseHeldDelegation(tx *gorm.DB, next State, ev Event) (any, error) {
-	err := tx.Exec(`UPDATE delegations SET status = 'queued', available_at = ?, updated_at = ?
-		WHERE session_id = ? AND status = 'held'`, ev.CreatedAt, ev.CreatedAt, next.SessionID).Error
+	// A delegation scheduled for later keeps its time.
+	err := tx.Exec(`UPDATE delegations SET status = 'queued', updated_at = ?,
+		available_at = CASE WHEN available_at > ? THEN available_at ELSE ? END
+		WHERE session_id = ? AND status = 'held'`, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt, next.SessionID).Error
 	if err != nil {
 		return nil, fmt.Errorf("session %s: release delegation: %w", next.SessionID, err)
 	}
@@ -291,6 +302,7 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 	if err != nil {
 		return nil, err
 	}
+	var leased Event // for the Observer
 	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *gorm.DB) (Outcome, error) {
 		now := NewUTCTime(s.now())
 		token := newLeaseToken()
@@ -312,6 +324,7 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 			SessionID: c.SessionID, Type: EventDelegationLeased, Actor: actor,
 			Payload: LeasePayload{DelegationID: c.ID, Attempt: c.Attempt, Worker: worker},
 			Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+				leased = ev
 				return Lease{
 					DelegationID: c.ID, SessionID: c.SessionID, Step: c.Step, Attempt: c.Attempt,
 					LeaseToken: token, LeaseExpiresAt: c.LeaseExpiresAt.Time,
@@ -323,6 +336,16 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 	})
 	if errors.Is(err, errNoWork) {
 		return nil, nil
+	}
+	if s.Observer != nil {
+		switch {
+		case err != nil:
+			s.Observer.Rejected(EventDelegationLeased, ErrorCode(err))
+		case out.Replayed:
+			s.Observer.Rejected(EventDelegationLeased, EIDEMPOTENCY)
+		default:
+			s.Observer.Committed(leased, out.Status)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -457,25 +480,30 @@ func backoff(attempt int, r *mathrand.Rand) time.Duration {
 // lease is checked (409 when expired or superseded) and the event, the
 // delegation change and any retry commit together.
 func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey string, in ResultInput) (Outcome, error) {
-	if err := in.Validate(); err != nil {
-		return Outcome{}, err
-	}
-	fp, err := Fingerprint("result", delegationID, in)
-	if err != nil {
+	// Every contract violation is listed at once, mismatches with the
+	// delegation included.
+	v := &ValidationError{}
+	if err := in.Validate(); err != nil && !errors.As(err, &v) {
 		return Outcome{}, err
 	}
 	d, err := s.GetDelegation(ctx, delegationID)
 	if err != nil {
+		if ErrorCode(err) == ENOTFOUND && v.Err() != nil {
+			return Outcome{}, v // the contract is wrong whatever the id
+		}
 		return Outcome{}, err
 	}
-	v := &ValidationError{}
-	if in.SessionID != d.SessionID {
+	if in.SessionID != "" && in.SessionID != d.SessionID {
 		v.Add("session_id", "does not match the delegation's session %s", d.SessionID)
 	}
-	if in.Step != d.Step {
+	if strings.TrimSpace(in.Step) != "" && in.Step != d.Step {
 		v.Add("step", "does not match the delegation's step %q", d.Step)
 	}
 	if err := v.Err(); err != nil {
+		return Outcome{}, err
+	}
+	fp, err := Fingerprint("result", delegationID, in)
+	if err != nil {
 		return Outcome{}, err
 	}
 	var retryAt time.Time

@@ -106,6 +106,8 @@ type TransitionInput struct {
 	ExpectedVersion *int64 `json:"expected_version"`
 	Reason          string `json:"reason"`
 	Question        string `json:"question"`
+	// Until snoozes a pause: the session resumes by itself then (RFC 3339).
+	Until string `json:"until"`
 }
 
 // Validate lists every problem with the input.
@@ -131,12 +133,17 @@ func (s *Store) Transition(ctx context.Context, sessionID string, t EventType, a
 	if err := in.Validate(); err != nil {
 		return Outcome{}, err
 	}
+	until, err := s.snoozeUntil(t, in)
+	if err != nil {
+		return Outcome{}, err
+	}
 	cmd := Command{
 		SessionID: sessionID, Type: t, Actor: actor, ExpectedVersion: in.ExpectedVersion,
 		IdempotencyKey: idemKey, Payload: ReasonPayload{Reason: in.Reason},
 	}
 	switch t {
 	case EventSessionPaused:
+		cmd.Payload = PausePayload{Reason: in.Reason, Until: until}
 		cmd.Effect = s.holdDelegation
 	case EventSessionResumed:
 		cmd.Effect = s.releaseHeldDelegation
@@ -144,11 +151,16 @@ func (s *Store) Transition(ctx context.Context, sessionID string, t EventType, a
 		cmd.Payload = EscalatePayload{Reason: in.Reason, Question: in.Question}
 		cmd.Effect = s.endDelegation(DelegationCancelled)
 	case EventSessionCancelled:
-		cmd.Effect = s.endDelegation(DelegationCancelled)
+		cmd.Effect = s.cancelWithChildren(actor)
 	default:
 		return Outcome{}, fmt.Errorf("transition %s: not a controller transition", t)
 	}
-	return s.Execute(ctx, cmd)
+	out, err := s.Execute(ctx, cmd)
+	if err == nil && !out.Replayed && out.Status == StatusWaitingChildren {
+		// A parent resumed while children finished: its join may be due.
+		s.onChildDone(ctx, sessionID)
+	}
+	return out, err
 }
 
 // GetSession returns the projection row: the latest valid state in one

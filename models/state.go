@@ -64,6 +64,9 @@ type Escalation struct {
 	DelegationID    string         `json:"delegation_id,omitempty"`
 	By              string         `json:"by"`
 	AtVersion       int64          `json:"at_version"`
+	// Children are a parent's child sessions side by side, when the parent
+	// escalated because its join conflicted, timed out or could not be met.
+	Children []ChildOutcome `json:"children,omitempty"`
 }
 
 // Note is a human's note on a session, optionally with evidence.
@@ -80,6 +83,13 @@ type Join struct {
 	Quorum         int      `json:"quorum,omitempty"`
 	TimeoutSeconds int      `json:"timeout_seconds,omitempty"`
 	Children       []string `json:"children"`
+	// ConflictKeys are output keys on which completed children must agree.
+	ConflictKeys []string `json:"conflict_keys,omitempty"`
+	// DueAt is when the join times out (RFC 3339), fixed when the children
+	// were spawned.
+	DueAt string `json:"due_at,omitempty"`
+	// Result is set when the join was recorded: met, conflict, timeout, unmet.
+	Result string `json:"result,omitempty"`
 }
 
 // State is a session's latest valid state. It is produced only by Apply, stored
@@ -114,6 +124,8 @@ type State struct {
 	Join        *Join             `json:"join,omitempty"`
 	Outcome     string            `json:"outcome,omitempty"`
 	Reviews     int               `json:"reviews,omitempty"`
+	// PausedUntil is when a snoozed session resumes by itself (RFC 3339).
+	PausedUntil string `json:"paused_until,omitempty"`
 }
 
 // clone returns a deep copy of s, so that Apply never mutates its input.

@@ -30,6 +30,11 @@ type Session struct {
 	EscalatedAt  NullTime
 	CreatedAt    UTCTime
 	UpdatedAt    UTCTime
+	// ResumeAt and JoinDueAt are the timers of the maintenance pass (a
+	// snoozed session's wake-up, a waiting parent's join timeout), derived
+	// from the state (PausedUntil, Join.DueAt).
+	ResumeAt  NullTime
+	JoinDueAt NullTime
 }
 
 // TableName pins the table name for GORM.
@@ -373,6 +378,12 @@ func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
 	p.Queue = st.Queue
 	if st.Status == StatusEscalated || st.Status == StatusHumanActive {
 		p.EscalatedAt = NullTime{Time: now, Valid: true}
+	}
+	if st.Status == StatusPaused {
+		p.ResumeAt = stateTime(st.PausedUntil)
+	}
+	if st.Status == StatusWaitingChildren && st.Join != nil {
+		p.JoinDueAt = stateTime(st.Join.DueAt)
 	}
 	return p
 }

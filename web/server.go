@@ -4,23 +4,318 @@ package web
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
 	"net/http"
+	"sync"
+	"time"
 
+	"github.com/gorilla/sessions"
+	"github.com/labstack/echo/v4"
+
+	"github.com/taskpilots/handoff/handlers"
 	"github.com/taskpilots/handoff/models"
 )
 
-// Config configures the server. (Stub: being filled in.)
+// Config configures the server. The zero value works: every unset field
+// gets the default documented on it.
 type Config struct {
+	// Addr is the listen address (host:port) of Serve; default 127.0.0.1:8080.
 	Addr string
+	// BodyLimit caps request bodies in bytes; default 1 MiB. Larger: 413.
+	BodyLimit int64
+	// SessionKey signs and encrypts the login cookie (TASKPILOTS_SESSION_KEY).
+	// Empty means a random key per process: logins do not survive a restart,
+	// and several replicas would not accept each other's cookies.
+	SessionKey string
+	// TrustProxy honours X-Forwarded-Proto (Secure cookies) and
+	// X-Forwarded-For (client address for throttling and logs) from a
+	// reverse proxy in a private network. Leave off when clients connect
+	// directly, or they could forge both.
+	TrustProxy bool
+	// MaintainEvery is the period of the maintenance pass (lease rescue,
+	// timers); default 500ms, with jitter so replicas spread out.
+	MaintainEvery time.Duration
+	// LeaseWaitMax is the longest a lease long poll may wait; the write
+	// timeout leaves room for it. Default models.MaxWaitSeconds.
+	LeaseWaitMax time.Duration
+	// ShutdownTimeout bounds the graceful shutdown; default 15s.
+	ShutdownTimeout time.Duration
+	// LoginFailuresPerAccount and LoginFailuresPerAddress are the failed
+	// logins allowed per LoginWindow before login answers 429; defaults 5
+	// and 20 (an office behind one address has several people) per 15 min.
+	LoginFailuresPerAccount int
+	LoginFailuresPerAddress int
+	LoginWindow             time.Duration
+	// Logger receives the server's logs; default slog.Default().
+	Logger *slog.Logger
+	// Reviews configures the review queue: the share of items scored twice
+	// (default 10%) and how long a claim for review lasts (default 30 min).
+	Reviews models.ReviewPolicy
+}
+
+// Defaults.
+const (
+	DefaultAddr            = "127.0.0.1:8080"
+	DefaultBodyLimit       = 1 << 20
+	DefaultMaintainEvery   = 500 * time.Millisecond
+	DefaultShutdownTimeout = 15 * time.Second
+	DefaultLoginWindow     = 15 * time.Minute
+)
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.BodyLimit <= 0 {
+		c.BodyLimit = DefaultBodyLimit
+	}
+	if c.MaintainEvery <= 0 {
+		c.MaintainEvery = DefaultMaintainEvery
+	}
+	if c.LeaseWaitMax <= 0 {
+		c.LeaseWaitMax = models.MaxWaitSeconds * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.LoginFailuresPerAccount <= 0 {
+		c.LoginFailuresPerAccount = 5
+	}
+	if c.LoginFailuresPerAddress <= 0 {
+		c.LoginFailuresPerAddress = 20
+	}
+	if c.LoginWindow <= 0 {
+		c.LoginWindow = DefaultLoginWindow
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
 }
 
 // NewServer returns the HTTP handler of the whole product.
 func NewServer(s *models.Store, cfg Config) (http.Handler, error) {
-	return nil, errors.New("web: not implemented yet")
+	e, err := newEcho(s, cfg.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
-// Serve runs the server until ctx is done.
+// newEcho builds the Echo instance; tests use it to add routes of their own.
+func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
+	log := cfg.Logger
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = handlers.ErrorHandler(log)
+	if cfg.TrustProxy {
+		// Trusts X-Forwarded-For hops from loopback and private networks.
+		e.IPExtractor = echo.ExtractIPFromXFFHeader()
+	} else {
+		e.IPExtractor = echo.ExtractIPDirect()
+	}
+
+	cookies, err := newCookieStore(cfg.SessionKey, log)
+	if err != nil {
+		return nil, err
+	}
+	secure := func(r *http.Request) bool { return isHTTPS(r, cfg.TrustProxy) }
+	auth := &handlers.Auth{
+		Store:    s,
+		Cookies:  cookies,
+		Throttle: handlers.NewLoginThrottle(cfg.LoginFailuresPerAccount, cfg.LoginFailuresPerAddress, cfg.LoginWindow, nil),
+		Secure:   secure,
+		Log:      log,
+	}
+	m := newMetrics(s)
+
+	e.Pre(headAsGet(), trimTrailingSlash())
+	e.Use(
+		requestID(),
+		securityHeaders(cfg.TrustProxy),
+		m.middleware(),
+		requestLogger(log),
+		recoverPanics(log),
+		bodyLimit(cfg.BodyLimit),
+		csrf(cfg.TrustProxy),
+		skipFor(auth.LoadUser(), isMachinePath),
+	)
+	routes(e, s, cfg, auth, m)
+	return e, nil
+}
+
+// newCookieStore returns the login cookie store. Separate keys for signing
+// and encryption are derived from the one configured secret.
+func newCookieStore(secret string, log *slog.Logger) (*sessions.CookieStore, error) {
+	if secret == "" {
+		secret = models.RandomSecret(32)
+		log.Warn("TASKPILOTS_SESSION_KEY is not set: using a random key, so logins will not survive a restart " +
+			"and replicas will not share them; set it to a long random string (e.g. `openssl rand -base64 48`)")
+	} else if len(secret) < 32 {
+		log.Warn("TASKPILOTS_SESSION_KEY is shorter than 32 characters; use a long random string")
+	}
+	derive := func(label string) []byte {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte("taskpilots login cookie " + label))
+		return mac.Sum(nil)
+	}
+	store := sessions.NewCookieStore(derive("hash"), derive("block"))
+	store.Options = &sessions.Options{
+		Path:     "/",
+		HttpOnly: true,
+		SameSite: http.SameSiteLaxMode,
+	}
+	store.MaxAge(int(handlers.LoginMaxAge / time.Second))
+	return store, nil
+}
+
+// isHTTPS reports whether the client reached us over TLS, directly or (when
+// the proxy is trusted) through a proxy that terminated it.
+func isHTTPS(r *http.Request, trustProxy bool) bool {
+	if r.TLS != nil {
+		return true
+	}
+	return trustProxy && r.Header.Get(echo.HeaderXForwardedProto) == "https"
+}
+
+// Serve runs the server until ctx is done, with the background loops:
+// maintenance (lease rescue, timers) and, on PostgreSQL, the LISTEN loop
+// that wakes long polls when other processes queue work.
 func Serve(ctx context.Context, s *models.Store, cfg Config) error {
-	return errors.New("web: not implemented yet")
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	h, err := NewServer(s, cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+
+	// Requests derive from base, which is cancelled late in a shutdown so
+	// that long polls end instead of holding the shutdown for their full wait.
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// Long polls answer after their wait; the API caps it at
+		// models.MaxWaitSeconds whatever LeaseWaitMax says.
+		WriteTimeout:   max(cfg.LeaseWaitMax, models.MaxWaitSeconds*time.Second) + 30*time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		BaseContext:    func(net.Listener) context.Context { return base },
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	bg, stopBg := context.WithCancel(ctx)
+	defer stopBg()
+	var wg sync.WaitGroup
+	wg.Go(func() { maintainLoop(bg, s, cfg.MaintainEvery, log) })
+	if s.Dialect == models.Postgres {
+		wg.Go(func() {
+			if err := s.Listen(bg); err != nil {
+				log.Error("queue listener ended", "err", err)
+			}
+		})
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening", "url", openURL(ln.Addr()), "dialect", s.Dialect)
+
+	select {
+	case err := <-served:
+		stopBg()
+		wg.Wait()
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	shCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	grace := time.AfterFunc(min(2*time.Second, cfg.ShutdownTimeout/2), cancelBase)
+	defer grace.Stop()
+	err = srv.Shutdown(shCtx)
+	if err != nil {
+		log.Warn("graceful shutdown timed out; closing connections", "err", err)
+		_ = srv.Close()
+	}
+	stopBg()
+	wg.Wait()
+	if serveErr := <-served; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", serveErr)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// openURL is the address a person should open: a wildcard host is
+// reachable as localhost.
+func openURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
+}
+
+// maintainLoop runs s.Maintain every period (±20% jitter, so that replicas
+// do not all hit the database at the same instant) until ctx is done.
+// Failures are logged and retried on the next tick: a database blip must not
+// stop lease rescue for good.
+func maintainLoop(ctx context.Context, s *models.Store, every time.Duration, log *slog.Logger) {
+	var (
+		failing    bool
+		lastLogged time.Time
+	)
+	t := time.NewTimer(jitter(every))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rep, err := s.Maintain(passCtx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// While the database is down, one line per half minute is enough.
+			if !failing || time.Since(lastLogged) > 30*time.Second {
+				log.Error("maintenance pass failed", "err", err)
+				lastLogged = time.Now()
+			}
+			failing = true
+		case err == nil:
+			if failing {
+				log.Info("maintenance recovered")
+			}
+			failing = false
+			if rep != (models.MaintenanceReport{}) {
+				log.Info("maintenance", "rescued_leases", rep.Rescued, "joins", rep.Joined,
+					"snoozes_ended", rep.Resumed, "sla_breaches", rep.SLABreaches)
+			}
+		}
+		t.Reset(jitter(every))
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
 }

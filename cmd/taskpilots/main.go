@@ -5,15 +5,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/taskpilots/handoff/models"
 )
@@ -44,6 +48,9 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 
+// Unwrap lets run find a ValidationError inside, to list its fields.
+func (e *exitError) Unwrap() error { return e.err }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,11 +77,22 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 		return 2
 	}
 	if err := cmd.run(ctx, env, args[1:]); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(env.stderr, "taskpilots %s: %v\n", args[0], err)
-		if ee, ok := err.(*exitError); ok {
+		// A validation error lists every offending field, one per line, so
+		// that the user can fix them all in one go.
+		var ve *models.ValidationError
+		if errors.As(err, &ve) {
+			fmt.Fprintf(env.stderr, "taskpilots %s: invalid input:\n", args[0])
+			for _, f := range ve.Fields {
+				fmt.Fprintf(env.stderr, "  %s: %s\n", f.Field, f.Message)
+			}
+		} else {
+			fmt.Fprintf(env.stderr, "taskpilots %s: %v\n", args[0], err)
+		}
+		var ee *exitError
+		if errors.As(err, &ee) {
 			return ee.code
 		}
 		return 1
@@ -122,6 +140,122 @@ func envOr(env *cliEnv, key, def string) string {
 func databaseFlag(env *cliEnv, fs *flag.FlagSet) *string {
 	return fs.String("database-url", envOr(env, "TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
 		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
+}
+
+// envDefaults reads flag defaults from TASKPILOTS_* variables and remembers
+// malformed values, so that a typo in the environment is reported instead of
+// silently falling back to the default.
+type envDefaults struct {
+	env  *cliEnv
+	errs []error
+}
+
+// String returns the variable or def.
+func (d *envDefaults) String(key, def string) string { return envOr(d.env, key, def) }
+
+// Bool returns the variable parsed as a boolean, or def when it is unset.
+func (d *envDefaults) Bool(key string, def bool) bool {
+	v := d.env.getenv(key)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s=%q: want true or false", key, v))
+		return def
+	}
+	return b
+}
+
+// Int returns the variable parsed as an integer, or def when it is unset.
+func (d *envDefaults) Int(key string, def int) int {
+	v := d.env.getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s=%q: want an integer", key, v))
+		return def
+	}
+	return n
+}
+
+// Int64 is Int for 64-bit values such as byte sizes.
+func (d *envDefaults) Int64(key string, def int64) int64 {
+	v := d.env.getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s=%q: want an integer", key, v))
+		return def
+	}
+	return n
+}
+
+// Duration returns the variable parsed by time.ParseDuration, or def.
+func (d *envDefaults) Duration(key string, def time.Duration) time.Duration {
+	v := d.env.getenv(key)
+	if v == "" {
+		return def
+	}
+	t, err := time.ParseDuration(v)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a duration such as 30s or 5m", key, v))
+		return def
+	}
+	return t
+}
+
+// Err reports every malformed variable.
+func (d *envDefaults) Err() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	return &exitError{code: 2, err: errors.Join(d.errs...)}
+}
+
+// usageErr is a command-line mistake: exit status 2, like the flag package.
+func usageErr(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+// parseArgs parses flags that may come before, between or after positional
+// arguments ("token revoke ci --database-url …" as well as
+// "token revoke --database-url … ci") and returns the positional ones.
+// "--" ends flag parsing.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			// The flag package has already printed the problem and the usage.
+			return nil, &exitError{code: 2, err: err}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// fs.Parse stops at the first non-flag, or just after "--".
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// redactURL hides the password of a database URL for display.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
 }
 
 // openStore opens the database; it does not migrate.

@@ -1,0 +1,56 @@
+# TaskPilots Handoff. `make test` is THE test command; `make help` lists the rest.
+SHELL := /bin/bash
+GO    ?= go
+
+# Packages whose tests exercise concurrency (leases, long polls, the HTTP
+# server, the worker client) also run under the race detector. cmd/ is left
+# out: its tests run the same code paths through the CLI, and -race on the
+# pure-Go SQLite driver is slow on two cores.
+RACE_PKGS ?= ./models ./handlers ./web ./client
+
+# Stamped into `taskpilots version`; empty means "read the VCS revision".
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
+
+.PHONY: help build run test test-go test-race generate check bench pg pg-stop clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+build: ## build bin/taskpilots
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/taskpilots ./cmd/taskpilots
+
+run: ## start the console with demo data on ./data/taskpilots.db
+	$(GO) run ./cmd/taskpilots serve
+
+test: ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_PKGS)
+	scripts/test-postgres.sh $(MAKE) --no-print-directory test-go
+
+# test-go expects TASKPILOTS_TEST_DATABASE_URL to answer; `make test` sees to it.
+test-go:
+	$(GO) test -count=1 ./...
+	$(GO) test -race -count=1 $(RACE_PKGS)
+
+test-race: ## only the -race run
+	scripts/test-postgres.sh $(GO) test -race -count=1 $(RACE_PKGS)
+
+generate: ## regenerate templ components (commit the *_templ.go files)
+	$(GO) tool templ generate
+
+check: ## templ freshness, gofmt -l, go vet (what CI checks before testing)
+	scripts/check.sh
+
+bench: ## Go benchmarks of models, then scripts/bench.sh (TaskPilots vs pgbench)
+	scripts/test-postgres.sh bash -c '$(GO) test -run "^$$" -bench . -benchmem ./models/ && \
+		if [ -x scripts/bench.sh ]; then PGURL=$${PGURL:-$${TASKPILOTS_TEST_DATABASE_URL%/*}} scripts/bench.sh; \
+		else echo "scripts/bench.sh not present; skipped"; fi'
+
+pg: ## start (or find) a PostgreSQL for tests and print its URL
+	@scripts/test-postgres.sh
+
+pg-stop: ## stop the throwaway test cluster
+	@scripts/test-postgres.sh --stop
+
+clean: ## remove build output and the throwaway cluster
+	-scripts/test-postgres.sh --stop
+	rm -rf bin .pgtest

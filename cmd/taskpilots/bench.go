@@ -1,0 +1,463 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/taskpilots/handoff/client"
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/web"
+)
+
+func init() {
+	commands["bench"] = command{
+		summary: "measure full lifecycles per second through the HTTP API or the Go API",
+		run:     runBench,
+	}
+}
+
+type benchOpts struct {
+	databaseURL string
+	mode        string
+	workers     int
+	duration    time.Duration
+	json        bool
+	cpuProfile  string
+	idemKeys    bool
+	maxConns    int
+	wait        int
+	ownQueues   bool
+}
+
+func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
+	fs := newFlagSet(env, "bench")
+	var o benchOpts
+	dbURL := databaseFlag(env, fs)
+	fs.StringVar(&o.mode, "mode", "http", "http (SDK → in-process server over localhost TCP) or inproc (the models Go API)")
+	fs.IntVar(&o.workers, "workers", 8, "concurrent workers, each running lifecycles back to back")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to run")
+	fs.BoolVar(&o.json, "json", false, "end the output with one line of JSON")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.BoolVar(&o.idemKeys, "idempotency-keys", true, "send an idempotency key with every write (the SDK always does)")
+	fs.IntVar(&o.maxConns, "max-conns", 0, "database pool size (default: max(20, 2×workers))")
+	fs.IntVar(&o.wait, "wait", 5, "long-poll seconds of each lease")
+	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: taskpilots bench --database-url URL --mode http|inproc --workers N --duration D [--json]\n\n"+
+			"Migrates the database, creates its own tokens and sessions, and runs full\n"+
+			"lifecycles (create session → delegate → lease → completed result) with N\n"+
+			"concurrent workers for D. Prints lifecycles per second and latencies.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return o, err
+	}
+	if len(pos) > 0 {
+		return o, usageErr("unexpected argument %q", pos[0])
+	}
+	o.databaseURL = *dbURL
+	switch {
+	case o.mode != "http" && o.mode != "inproc":
+		return o, usageErr("--mode must be http or inproc, not %q", o.mode)
+	case o.workers < 1:
+		return o, usageErr("--workers must be at least 1")
+	case o.duration <= 0:
+		return o, usageErr("--duration must be positive")
+	case o.wait < 0 || o.wait > models.MaxWaitSeconds:
+		return o, usageErr("--wait must be between 0 and %d", models.MaxWaitSeconds)
+	}
+	if o.maxConns <= 0 {
+		o.maxConns = max(20, 2*o.workers)
+	}
+	return o, nil
+}
+
+// benchLease is what a lifecycle needs from a lease.
+type benchLease struct {
+	delegationID, sessionID, step, token string
+}
+
+// lifecycler runs the four commands of a lifecycle through one API.
+type lifecycler interface {
+	create(ctx context.Context, key string) (sessionID string, version int64, err error)
+	delegate(ctx context.Context, key, queue, sessionID string, version int64) error
+	lease(ctx context.Context, key, queue, worker string) (*benchLease, error)
+	result(ctx context.Context, key string, l *benchLease) error
+}
+
+// benchSession is the session every lifecycle creates: a realistic refund
+// with constraints, resources, done criteria and facts.
+func benchSession(i int64) models.CreateSessionInput {
+	return models.CreateSessionInput{
+		Goal:         fmt.Sprintf("Refund order %d if eligible", 100000+i),
+		TicketRef:    fmt.Sprintf("T-%d", 100000+i),
+		Constraints:  []string{"refunds over 200 EUR need a human", "never refund twice"},
+		Resources:    []models.Resource{{Name: "orders-db", URI: "db://orders"}, {Name: "payments-api", URI: "https://payments.internal"}},
+		DoneCriteria: []string{"refund issued or denial explained"},
+		Facts:        map[string]any{"order_total": "120 EUR", "customer": "c-4411"},
+	}
+}
+
+const (
+	benchStep       = "check-eligibility"
+	benchController = "bench-controller"
+	benchWorker     = "bench-worker"
+)
+
+var benchEvidence = []models.Evidence{{Claim: "order paid 2026-11-20", Source: "orders-db:1182"}}
+
+// inprocBench calls the models Go API directly.
+type inprocBench struct {
+	s       *models.Store
+	wait    time.Duration
+	useKeys bool
+	seq     atomic.Int64
+}
+
+func (b *inprocBench) key(k string) string {
+	if b.useKeys {
+		return k
+	}
+	return ""
+}
+
+func (b *inprocBench) create(ctx context.Context, key string) (string, int64, error) {
+	out, err := b.s.CreateSession(ctx, "token:"+benchController, b.key(key), benchSession(b.seq.Add(1)))
+	return out.SessionID, out.StateVersion, err
+}
+
+func (b *inprocBench) delegate(ctx context.Context, key, queue, sid string, v int64) error {
+	_, err := b.s.Delegate(ctx, sid, "token:"+benchController, b.key(key), models.DelegateInput{
+		Queue: queue, Step: benchStep, Instructions: "Check the order against the refund policy.", ExpectedVersion: &v,
+	})
+	return err
+}
+
+func (b *inprocBench) lease(ctx context.Context, key, queue, worker string) (*benchLease, error) {
+	l, err := b.s.ClaimWait(ctx, queue, worker, "token:"+benchWorker, b.key(key), b.wait)
+	if err != nil || l == nil {
+		return nil, err
+	}
+	return &benchLease{delegationID: l.DelegationID, sessionID: l.SessionID, step: l.Step, token: l.LeaseToken}, nil
+}
+
+func (b *inprocBench) result(ctx context.Context, key string, l *benchLease) error {
+	_, err := b.s.SubmitResult(ctx, l.delegationID, "token:"+benchWorker, b.key(key), models.ResultInput{
+		LeaseToken: l.token, SessionID: l.sessionID, Step: l.step, ResultType: models.ResultCompleted,
+		Output: json.RawMessage(`{"eligible":true}`), Evidence: benchEvidence,
+	})
+	return err
+}
+
+// httpBench calls the JSON API through the SDK.
+type httpBench struct {
+	controller, worker *client.Client
+	wait               int
+	seq                atomic.Int64
+}
+
+func (b *httpBench) create(ctx context.Context, key string) (string, int64, error) {
+	m := benchSession(b.seq.Add(1))
+	in := client.CreateSessionInput{Goal: m.Goal, TicketRef: m.TicketRef, Constraints: m.Constraints,
+		DoneCriteria: m.DoneCriteria, Facts: m.Facts}
+	for _, r := range m.Resources {
+		in.Resources = append(in.Resources, client.Resource{Name: r.Name, URI: r.URI})
+	}
+	out, err := b.controller.CreateSession(ctx, in, client.WithIdempotencyKey(key))
+	return out.SessionID, out.StateVersion, err
+}
+
+func (b *httpBench) delegate(ctx context.Context, key, queue, sid string, v int64) error {
+	_, err := b.controller.Delegate(ctx, sid, client.DelegateInput{
+		Queue: queue, Step: benchStep, Instructions: "Check the order against the refund policy.", ExpectedVersion: v,
+	}, client.WithIdempotencyKey(key))
+	return err
+}
+
+func (b *httpBench) lease(ctx context.Context, key, queue, worker string) (*benchLease, error) {
+	l, err := b.worker.Lease(ctx, queue, client.LeaseInput{Worker: worker, WaitSeconds: b.wait}, client.WithIdempotencyKey(key))
+	if err != nil || l == nil {
+		return nil, err
+	}
+	return &benchLease{delegationID: l.DelegationID, sessionID: l.SessionID, step: l.Step, token: l.LeaseToken}, nil
+}
+
+func (b *httpBench) result(ctx context.Context, key string, l *benchLease) error {
+	_, err := b.worker.Result(ctx, l.delegationID, client.ResultInput{
+		LeaseToken: l.token, SessionID: l.sessionID, Step: l.step, ResultType: client.ResultCompleted,
+		Output: map[string]any{"eligible": true}, Evidence: []client.Evidence{{Claim: benchEvidence[0].Claim, Source: benchEvidence[0].Source}},
+	}, client.WithIdempotencyKey(key))
+	return err
+}
+
+// benchReport is the summary; its JSON is the --json line.
+type benchReport struct {
+	Mode             string  `json:"mode"`
+	QueuePerWorker   bool    `json:"queue_per_worker"`
+	Dialect          string  `json:"dialect"`
+	Workers          int     `json:"workers"`
+	DurationS        float64 `json:"duration_s"`
+	Lifecycles       int64   `json:"lifecycles"`
+	LifecyclesPerSec float64 `json:"lifecycles_per_sec"`
+	Errors           int64   `json:"errors"`
+	EmptyLeases      int64   `json:"empty_leases"`
+	CreateP50Ms      float64 `json:"create_p50_ms"`
+	CreateP99Ms      float64 `json:"create_p99_ms"`
+	DelegateP50Ms    float64 `json:"delegate_p50_ms"`
+	DelegateP99Ms    float64 `json:"delegate_p99_ms"`
+	LeaseP50Ms       float64 `json:"lease_p50_ms"`
+	LeaseP99Ms       float64 `json:"lease_p99_ms"`
+	ResultP50Ms      float64 `json:"result_p50_ms"`
+	ResultP99Ms      float64 `json:"result_p99_ms"`
+	LifecycleP50Ms   float64 `json:"lifecycle_p50_ms"`
+	LifecycleP99Ms   float64 `json:"lifecycle_p99_ms"`
+	// DBStatementsPerLifecycle counts the SQL statements the store sent
+	// (BEGIN and COMMIT not included), over all lifecycles.
+	DBStatementsPerLifecycle float64 `json:"db_statements_per_lifecycle"`
+	IdempotencyKeys          bool    `json:"idempotency_keys"`
+}
+
+// benchSamples are one worker's latencies.
+type benchSamples struct {
+	create, delegate, lease, result, whole []time.Duration
+	lifecycles, errs, empty                int64
+	firstErr                               error
+}
+
+func runBench(ctx context.Context, env *cliEnv, args []string) error {
+	o, err := benchFlags(env, args)
+	if err != nil {
+		return err
+	}
+	// The bench's own log stays quiet: the store and server would log
+	// every request otherwise.
+	quiet := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: quiet, MaxOpenConns: o.maxConns})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if _, err := s.MigrateUp(ctx); err != nil {
+		return schemaError(err)
+	}
+	statements := countStatements(s.DB)
+	run := models.RandomSecret(6)
+	queue := "bench-" + strings.NewReplacer("_", "x", "-", "x").Replace(run)
+
+	var lc lifecycler
+	switch o.mode {
+	case "inproc":
+		lc = &inprocBench{s: s, wait: time.Duration(o.wait) * time.Second, useKeys: o.idemKeys}
+	case "http":
+		ctrlTok, _, err := s.CreateToken(ctx, benchController, models.RoleController)
+		if err != nil {
+			return err
+		}
+		workTok, _, err := s.CreateToken(ctx, benchWorker, models.RoleWorker)
+		if err != nil {
+			return err
+		}
+		h, err := web.NewServer(s, web.Config{Logger: quiet})
+		if err != nil {
+			return fmt.Errorf("build the server: %w", err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: h, ErrorLog: nil}
+		go srv.Serve(ln)
+		defer srv.Close()
+		base := "http://" + ln.Addr().String()
+		opts := []client.Option{client.WithLogger(quiet)}
+		lc = &httpBench{controller: client.New(base, ctrlTok, opts...), worker: client.New(base, workTok, opts...), wait: o.wait}
+	}
+	if !o.idemKeys && o.mode == "http" {
+		fmt.Fprintln(env.stderr, "note: --idempotency-keys=false has no effect in http mode: the SDK always sends keys")
+	}
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	fmt.Fprintf(env.stderr, "bench: %s mode, %d workers, %s, %s database, queue %s\n", o.mode, o.workers, o.duration, s.Dialect, queue)
+
+	runCtx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	samples := make([]*benchSamples, o.workers)
+	stmt0 := statements.Load()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range o.workers {
+		samples[i] = &benchSamples{}
+		q := queue
+		if o.ownQueues {
+			q = fmt.Sprintf("%s-%d", queue, i)
+		}
+		wg.Go(func() { benchWorkerLoop(runCtx, lc, q, fmt.Sprintf("bench-w%d", i), samples[i]) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stmts := statements.Load() - stmt0
+
+	rep := summarise(o, string(s.Dialect), elapsed, samples, stmts)
+	printBench(env.stdout, rep, samples)
+	if o.json {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintln(env.stdout, string(b))
+	}
+	if rep.Lifecycles == 0 {
+		return errors.New("no lifecycle completed")
+	}
+	return nil
+}
+
+// benchWorkerLoop runs lifecycles back to back until ctx is done. A
+// lifecycle cut short by the end of the run is not counted.
+func benchWorkerLoop(ctx context.Context, lc lifecycler, queue, name string, out *benchSamples) {
+	fail := func(err error) {
+		if ctx.Err() != nil {
+			return
+		}
+		out.errs++
+		if out.firstErr == nil {
+			out.firstErr = err
+		}
+	}
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		sid, v, err := lc.create(ctx, client.NewIdempotencyKey())
+		if err != nil {
+			fail(fmt.Errorf("create: %w", err))
+			continue
+		}
+		t1 := time.Now()
+		if err := lc.delegate(ctx, client.NewIdempotencyKey(), queue, sid, v); err != nil {
+			fail(fmt.Errorf("delegate: %w", err))
+			continue
+		}
+		t2 := time.Now()
+		l, err := lc.lease(ctx, client.NewIdempotencyKey(), queue, name)
+		if err != nil {
+			fail(fmt.Errorf("lease: %w", err))
+			continue
+		}
+		if l == nil {
+			if ctx.Err() == nil {
+				out.empty++
+			}
+			continue
+		}
+		t3 := time.Now()
+		// The result is sent even if the run ends meanwhile, so that no
+		// lease is left dangling.
+		if err := lc.result(context.WithoutCancel(ctx), client.NewIdempotencyKey(), l); err != nil {
+			fail(fmt.Errorf("result: %w", err))
+			continue
+		}
+		t4 := time.Now()
+		if ctx.Err() != nil {
+			return
+		}
+		out.create = append(out.create, t1.Sub(t0))
+		out.delegate = append(out.delegate, t2.Sub(t1))
+		out.lease = append(out.lease, t3.Sub(t2))
+		out.result = append(out.result, t4.Sub(t3))
+		out.whole = append(out.whole, t4.Sub(t0))
+		out.lifecycles++
+	}
+}
+
+func summarise(o benchOpts, dialect string, elapsed time.Duration, samples []*benchSamples, stmts int64) benchReport {
+	var create, delegate, lease, result, whole []time.Duration
+	rep := benchReport{Mode: o.mode, QueuePerWorker: o.ownQueues, Dialect: dialect, Workers: o.workers, DurationS: round3(elapsed.Seconds()), IdempotencyKeys: o.idemKeys || o.mode == "http"}
+	for _, s := range samples {
+		create = append(create, s.create...)
+		delegate = append(delegate, s.delegate...)
+		lease = append(lease, s.lease...)
+		result = append(result, s.result...)
+		whole = append(whole, s.whole...)
+		rep.Lifecycles += s.lifecycles
+		rep.Errors += s.errs
+		rep.EmptyLeases += s.empty
+	}
+	rep.LifecyclesPerSec = round3(float64(rep.Lifecycles) / elapsed.Seconds())
+	rep.CreateP50Ms, rep.CreateP99Ms = pct(create, 0.50), pct(create, 0.99)
+	rep.DelegateP50Ms, rep.DelegateP99Ms = pct(delegate, 0.50), pct(delegate, 0.99)
+	rep.LeaseP50Ms, rep.LeaseP99Ms = pct(lease, 0.50), pct(lease, 0.99)
+	rep.ResultP50Ms, rep.ResultP99Ms = pct(result, 0.50), pct(result, 0.99)
+	rep.LifecycleP50Ms, rep.LifecycleP99Ms = pct(whole, 0.50), pct(whole, 0.99)
+	if rep.Lifecycles > 0 {
+		rep.DBStatementsPerLifecycle = round3(float64(stmts) / float64(rep.Lifecycles))
+	}
+	return rep
+}
+
+// pct returns the q-quantile of ds in milliseconds (nearest rank).
+func pct(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(q*float64(len(ds)))) - 1
+	i = min(max(i, 0), len(ds)-1)
+	return round3(float64(ds[i]) / float64(time.Millisecond))
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+func printBench(w io.Writer, r benchReport, samples []*benchSamples) {
+	fmt.Fprintf(w, "mode %s, %s, %d workers, %.1f s\n", r.Mode, r.Dialect, r.Workers, r.DurationS)
+	fmt.Fprintf(w, "lifecycles   %d (%.1f/s), errors %d, empty leases %d\n", r.Lifecycles, r.LifecyclesPerSec, r.Errors, r.EmptyLeases)
+	fmt.Fprintf(w, "             %8s %8s\n", "p50 ms", "p99 ms")
+	fmt.Fprintf(w, "create       %8.2f %8.2f\n", r.CreateP50Ms, r.CreateP99Ms)
+	fmt.Fprintf(w, "delegate     %8.2f %8.2f\n", r.DelegateP50Ms, r.DelegateP99Ms)
+	fmt.Fprintf(w, "lease        %8.2f %8.2f\n", r.LeaseP50Ms, r.LeaseP99Ms)
+	fmt.Fprintf(w, "result       %8.2f %8.2f\n", r.ResultP50Ms, r.ResultP99Ms)
+	fmt.Fprintf(w, "lifecycle    %8.2f %8.2f\n", r.LifecycleP50Ms, r.LifecycleP99Ms)
+	fmt.Fprintf(w, "db statements per lifecycle: %.1f (plus BEGIN/COMMIT)\n", r.DBStatementsPerLifecycle)
+	for _, s := range samples {
+		if s.firstErr != nil {
+			fmt.Fprintf(w, "first error: %v\n", s.firstErr)
+			break
+		}
+	}
+}
+
+// countStatements counts the SQL statements GORM sends through db.
+func countStatements(db *gorm.DB) *atomic.Int64 {
+	n := &atomic.Int64{}
+	inc := func(*gorm.DB) { n.Add(1) }
+	cb := db.Callback()
+	_ = cb.Create().After("gorm:create").Register("bench:count", inc)
+	_ = cb.Query().After("gorm:query").Register("bench:count", inc)
+	_ = cb.Update().After("gorm:update").Register("bench:count", inc)
+	_ = cb.Delete().After("gorm:delete").Register("bench:count", inc)
+	_ = cb.Row().After("gorm:row").Register("bench:count", inc)
+	_ = cb.Raw().After("gorm:raw").Register("bench:count", inc)
+	return n
+}

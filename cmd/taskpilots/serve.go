@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/demo"
+	"github.com/taskpilots/handoff/web"
+)
+
+func init() {
+	commands["serve"] = command{
+		summary: "migrate the database and serve the console and the JSON API",
+		run:     runServe,
+	}
+}
+
+// DefaultAddr is where serve listens unless told otherwise: loopback only,
+// so that a first run on a laptop exposes nothing to the network. The worker
+// uses it to find a local server.
+const DefaultAddr = web.DefaultAddr
+
+// serveOpts is everything serve reads from flags and the environment.
+type serveOpts struct {
+	databaseURL string
+	dbMaxConns  int
+	demo        bool
+	web         web.Config
+}
+
+// serveFlagSet registers serve's flags, each defaulting to its TASKPILOTS_*
+// variable. Every usage string ends in "(env NAME)": the README test relies
+// on it to check that each flag is documented.
+func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
+	fs := newFlagSet(env, "serve")
+	fs.StringVar(&o.databaseURL, "database-url", d.String("TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
+		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 20),
+		"PostgreSQL connection pool size of this process (env TASKPILOTS_DB_MAX_CONNS)")
+	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),
+		"seed demo sessions when the database has none (env TASKPILOTS_DEMO)")
+	fs.StringVar(&o.web.Addr, "addr", d.String("TASKPILOTS_ADDR", web.DefaultAddr),
+		"listen address host:port; use :8080 to listen on every interface (env TASKPILOTS_ADDR)")
+	fs.Int64Var(&o.web.BodyLimit, "body-limit", d.Int64("TASKPILOTS_BODY_LIMIT", web.DefaultBodyLimit),
+		"largest request body in bytes; larger bodies get 413 (env TASKPILOTS_BODY_LIMIT)")
+	fs.StringVar(&o.web.SessionKey, "session-key", d.String("TASKPILOTS_SESSION_KEY", ""),
+		"secret of at least 32 characters that signs login cookies; replicas must share it; empty: random per process, "+
+			"logins end at restart. Prefer the variable: flags show in ps (env TASKPILOTS_SESSION_KEY)")
+	fs.BoolVar(&o.web.TrustProxy, "trust-proxy", d.Bool("TASKPILOTS_TRUST_PROXY", false),
+		"honour X-Forwarded-For/-Proto from a reverse proxy; only behind one (env TASKPILOTS_TRUST_PROXY)")
+	fs.DurationVar(&o.web.MaintainEvery, "maintain-every", d.Duration("TASKPILOTS_MAINTAIN_EVERY", web.DefaultMaintainEvery),
+		"period of the maintenance pass that rescues expired leases and fires timers (env TASKPILOTS_MAINTAIN_EVERY)")
+	fs.DurationVar(&o.web.LeaseWaitMax, "lease-wait-max", d.Duration("TASKPILOTS_LEASE_WAIT_MAX", models.MaxWaitSeconds*time.Second),
+		"longest a lease long poll may wait (env TASKPILOTS_LEASE_WAIT_MAX)")
+	fs.DurationVar(&o.web.ShutdownTimeout, "shutdown-timeout", d.Duration("TASKPILOTS_SHUTDOWN_TIMEOUT", web.DefaultShutdownTimeout),
+		"how long a graceful shutdown may take (env TASKPILOTS_SHUTDOWN_TIMEOUT)")
+	fs.IntVar(&o.web.LoginFailuresPerAccount, "login-failures-per-account", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT", 5),
+		"failed logins per account within --login-window before login answers 429 (env TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT)")
+	fs.IntVar(&o.web.LoginFailuresPerAddress, "login-failures-per-address", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ADDRESS", 20),
+		"failed logins per client address within --login-window before 429 (env TASKPILOTS_LOGIN_FAILURES_PER_ADDRESS)")
+	fs.DurationVar(&o.web.LoginWindow, "login-window", d.Duration("TASKPILOTS_LOGIN_WINDOW", web.DefaultLoginWindow),
+		"window over which failed logins are counted (env TASKPILOTS_LOGIN_WINDOW)")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
+			"seeds demo data into an empty database, then serves the console and the API.\n"+
+			"Log verbosity: TASKPILOTS_LOG_LEVEL=debug|info|warn|error.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// serveFlags parses serve's command line over its environment.
+func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
+	var o serveOpts
+	d := &envDefaults{env: env}
+	fs := serveFlagSet(env, &o, d)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return o, err
+	}
+	if len(pos) > 0 {
+		return o, usageErr("unexpected argument %q", pos[0])
+	}
+	if err := d.Err(); err != nil {
+		return o, err
+	}
+	v := &models.ValidationError{}
+	if o.dbMaxConns < 1 {
+		v.Add("db-max-conns", "must be at least 1")
+	}
+	if o.web.BodyLimit < 1 {
+		v.Add("body-limit", "must be at least 1 byte")
+	}
+	if o.web.LoginFailuresPerAccount < 1 || o.web.LoginFailuresPerAddress < 1 {
+		v.Add("login-failures-per-account/-address", "must be at least 1")
+	}
+	for name, dur := range map[string]time.Duration{"maintain-every": o.web.MaintainEvery, "lease-wait-max": o.web.LeaseWaitMax,
+		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow} {
+		if dur <= 0 {
+			v.Add(name, "must be a positive duration")
+		}
+	}
+	if err := v.Err(); err != nil {
+		return o, &exitError{code: 2, err: err}
+	}
+	o.web.Logger = env.log
+	return o, nil
+}
+
+func runServe(ctx context.Context, env *cliEnv, args []string) error {
+	o, err := serveFlags(env, args)
+	if err != nil {
+		return err
+	}
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := prepareServe(ctx, env, s, o.demo); err != nil {
+		return err
+	}
+	env.log.Info("starting TaskPilots Handoff", "database", redactURL(s.URL()), "dialect", s.Dialect, "addr", o.web.Addr)
+	if err := web.Serve(ctx, s, o.web); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// prepareServe brings a database to the point where the server may run on
+// it: schema migrated (never past what this binary knows), a first admin
+// user, and demo sessions when asked for and the database has none.
+func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bool) error {
+	applied, err := s.MigrateUp(ctx)
+	if err != nil {
+		return schemaError(err)
+	}
+	if len(applied) > 0 {
+		env.log.Info("applied migrations", "versions", applied, "dialect", s.Dialect)
+	}
+	email, password, created, err := s.EnsureAdmin(ctx)
+	if err != nil {
+		return fmt.Errorf("create the first admin user: %w", err)
+	}
+	if created {
+		// Printed once, on stderr only: the password is not stored in clear
+		// anywhere, so this is the user's one chance to copy it.
+		line := strings.Repeat("=", 66)
+		fmt.Fprintf(env.stderr, "\n%s\n  Created the first admin user of this database.\n\n"+
+			"    email:    %s\n    password: %s\n\n"+
+			"  The password is shown only this once: copy it now. Log in to the\n"+
+			"  console with it; `taskpilots user create` adds more users.\n%s\n\n",
+			line, email, password, line)
+	}
+	if !withDemo {
+		return nil
+	}
+	some, err := s.ListSessions(ctx, models.ListSessionsOpts{Limit: 1})
+	if err != nil {
+		return fmt.Errorf("check for existing sessions: %w", err)
+	}
+	if len(some) > 0 {
+		return nil
+	}
+	n, err := demo.Seed(ctx, s)
+	if err != nil {
+		return fmt.Errorf("seed demo data (start with --demo=false to skip it): %w", err)
+	}
+	if n > 0 {
+		env.log.Info("seeded demo sessions into the empty database", "sessions", n)
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/web"
+)
+
+// TestServeRefusesNewerSchema: a database migrated by a newer binary must
+// not be served, migrated or written to by this one.
+func TestServeRefusesNewerSchema(t *testing.T) {
+	eachURL(t, func(t *testing.T, dbURL string) {
+		migratedURL(t, dbURL)
+		s := openTestStore(t, dbURL)
+		if err := s.DB.Exec(`INSERT INTO goose_db_version (version_id, is_applied) VALUES (?, ?)`, 99999, true).Error; err != nil {
+			t.Fatalf("pretend a newer binary migrated: %v", err)
+		}
+
+		r := runCLI(t, nil, "", "serve", "--database-url", dbURL, "--addr", "127.0.0.1:0", "--demo=false")
+		if r.code == 0 {
+			t.Fatalf("serve on a newer schema exited 0")
+		}
+		wantContains(t, "serve", r.stderr, "newer than this binary", "database at 99999", "migrated by a newer taskpilots")
+		if strings.Contains(r.stderr, "password:") {
+			t.Errorf("serve created an admin user on a schema it refused")
+		}
+		if n, err := s.CountUsers(context.Background()); err != nil || n != 0 {
+			t.Fatalf("users after refusal: %d, %v", n, err)
+		}
+
+		r = runCLI(t, nil, "", "migrate", "up", "--database-url", dbURL)
+		if r.code == 0 || !strings.Contains(r.stderr, "newer than this binary") {
+			t.Fatalf("migrate up on a newer schema: %d", r.code)
+		}
+		r = runCLI(t, nil, "", "migrate", "down", "--database-url", dbURL)
+		if r.code == 0 || !strings.Contains(r.stderr, "newer than this binary") {
+			t.Fatalf("migrate down on a newer schema: %d", r.code)
+		}
+		r = runCLI(t, nil, "", "migrate", "status", "--database-url", dbURL)
+		wantContains(t, "status", r.stdout, "current version: 99999\n", "state: newer than this binary")
+	})
+}
+
+var passwordLine = regexp.MustCompile(`(?m)^\s+password: (\S+)$`)
+
+// TestPrepareServe covers the start-up path on an empty database: migrate,
+// first admin (password shown once), then nothing printed on a restart.
+func TestPrepareServe(t *testing.T) {
+	eachURL(t, func(t *testing.T, dbURL string) {
+		ctx := context.Background()
+		s := openTestStore(t, dbURL)
+		var errb bytes.Buffer
+		env := &cliEnv{stderr: &errb, stdout: &bytes.Buffer{}, getenv: func(string) string { return "" },
+			log: slog.New(slog.NewTextHandler(&errb, nil))}
+		if err := prepareServe(ctx, env, s, true); err != nil {
+			t.Fatalf("prepareServe: %v", err)
+		}
+		if err := s.CheckSchema(ctx); err != nil {
+			t.Fatalf("schema after start-up: %v", err)
+		}
+		m := passwordLine.FindStringSubmatch(errb.String())
+		if m == nil {
+			t.Fatalf("no admin password on stderr:\n%s", errb.String())
+		}
+		u, err := s.Authenticate(ctx, "admin@localhost.localdomain", m[1])
+		if err != nil || u.Role != "admin" {
+			t.Fatalf("printed admin password does not log in: %+v, %v", u, err)
+		}
+
+		errb.Reset()
+		if err := prepareServe(ctx, env, s, true); err != nil {
+			t.Fatalf("second prepareServe: %v", err)
+		}
+		if strings.Contains(errb.String(), "password") {
+			t.Fatalf("second start printed a password again:\n%s", errb.String())
+		}
+	})
+}
+
+func TestServeFlags(t *testing.T) {
+	env := func(vars map[string]string) *cliEnv {
+		return &cliEnv{stderr: &bytes.Buffer{}, getenv: func(k string) string { return vars[k] }}
+	}
+	o, err := serveFlags(env(nil), nil)
+	if err != nil || o.web.Addr != web.DefaultAddr || !o.demo || o.databaseURL != "./data/taskpilots.db" {
+		t.Fatalf("defaults = %+v, %v", o, err)
+	}
+	o, err = serveFlags(env(map[string]string{"TASKPILOTS_ADDR": ":9000", "TASKPILOTS_DEMO": "false", "TASKPILOTS_DATABASE_URL": "sqlite:/tmp/x.db"}), nil)
+	if err != nil || o.web.Addr != ":9000" || o.demo || o.databaseURL != "sqlite:/tmp/x.db" {
+		t.Fatalf("from env = %+v, %v", o, err)
+	}
+	// Flags win over the environment.
+	o, err = serveFlags(env(map[string]string{"TASKPILOTS_ADDR": ":9000"}), []string{"--addr", "127.0.0.1:7000", "--demo=true"})
+	if err != nil || o.web.Addr != "127.0.0.1:7000" || !o.demo {
+		t.Fatalf("flags = %+v, %v", o, err)
+	}
+	if _, err := serveFlags(env(map[string]string{"TASKPILOTS_DEMO": "maybe"}), nil); err == nil || !strings.Contains(err.Error(), "TASKPILOTS_DEMO") {
+		t.Fatalf("malformed TASKPILOTS_DEMO: %v", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that the server's goroutines and the test
+// may use at the same time.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var (
+	listeningURL = regexp.MustCompile(`msg=listening url=(http://\S+/)`)
+	seededCount  = regexp.MustCompile(`seeded demo sessions.* sessions=(\d+)`)
+)
+
+// TestServeFromEmptyDirectory is a first-time user: no configuration, an
+// empty directory, `taskpilots serve`. It must create ./data/taskpilots.db,
+// print the admin password, seed the demo data, answer HTTP, and stop
+// cleanly when interrupted.
+func TestServeFromEmptyDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	logs := &lockedBuffer{}
+	env := &cliEnv{stdin: strings.NewReader(""), stdout: io.Discard, stderr: logs,
+		// Port 0: the kernel picks a free one, which the server then logs.
+		getenv: func(k string) string {
+			if k == "TASKPILOTS_ADDR" {
+				return "127.0.0.1:0"
+			}
+			return ""
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, env, []string{"serve"}) }()
+
+	var base string
+	for base == "" {
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d before listening:\n%s", code, logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if m := listeningURL.FindStringSubmatch(logs.String()); m != nil {
+			base = m[1]
+		}
+	}
+	for _, path := range []string{"healthz", "readyz"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET /%s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /%s = %d", path, resp.StatusCode)
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d after interrupt:\n%s", code, logs.String())
+	}
+
+	out := logs.String()
+	if _, err := os.Stat(filepath.Join("data", "taskpilots.db")); err != nil {
+		t.Fatalf("./data/taskpilots.db: %v", err)
+	}
+	if !passwordLine.MatchString(out) {
+		t.Errorf("no admin password printed:\n%s", out)
+	}
+	// The demo data went through the real write path, so it verifies clean.
+	s := openTestStore(t, models.DefaultDatabaseURL)
+	rows, err := s.ListSessions(context.Background(), models.ListSessionsOpts{Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	if m := seededCount.FindStringSubmatch(out); m != nil {
+		want, _ = strconv.Atoi(m[1])
+	}
+	if len(rows) != want {
+		t.Errorf("%d sessions in the database, the log says %d were seeded", len(rows), want)
+	}
+	if r := runCLI(t, nil, "", "verify", "--quiet"); r.code != 0 {
+		t.Errorf("verify after the demo seed exited %d", r.code)
+	}
+}
+
+// TestServeWithoutDemo: --demo=false leaves an empty database empty.
+func TestServeWithoutDemo(t *testing.T) {
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "nodemo.db")
+	s := openTestStore(t, dbURL)
+	env := &cliEnv{stderr: io.Discard, stdout: io.Discard, getenv: func(string) string { return "" },
+		log: slog.New(slog.DiscardHandler)}
+	if err := prepareServe(context.Background(), env, s, false); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := s.ListSessions(context.Background(), models.ListSessionsOpts{}); len(rows) != 0 {
+		t.Fatalf("%d sessions without --demo", len(rows))
+	}
+}
+
+// TestReadmeDocumentsServeFlags keeps the configuration table honest: every
+// serve flag and its variable must appear in README.md.
+func TestReadmeDocumentsServeFlags(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	envName := regexp.MustCompile(`\(env (TASKPILOTS_[A-Z_]+)\)`)
+	var o serveOpts
+	env := &cliEnv{stderr: io.Discard, getenv: func(string) string { return "" }}
+	fs := serveFlagSet(env, &o, &envDefaults{env: env})
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		n++
+		m := envName.FindStringSubmatch(f.Usage)
+		if m == nil {
+			t.Errorf("flag --%s has no (env TASKPILOTS_…) in its usage", f.Name)
+			return
+		}
+		row := "| `--" + f.Name + "` | `" + m[1] + "` |"
+		if !strings.Contains(string(readme), row) {
+			t.Errorf("README.md has no configuration row starting %q", row)
+		}
+	})
+	if n < 10 {
+		t.Fatalf("only %d serve flags", n)
+	}
+}

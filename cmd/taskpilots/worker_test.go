@@ -1,0 +1,76 @@
+package main
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/taskpilots/handoff/client"
+)
+
+func demoLease(queue string, facts map[string]any) *client.Lease {
+	return &client.Lease{
+		Queue: queue, DelegationID: "dlg_1", SessionID: "ses_1", Step: "check", Attempt: 1,
+		Packet: client.Packet{Goal: "Handle ticket", ConfirmedFacts: facts,
+			Resources: []client.Resource{{Name: "orders-db", URI: "db://orders"}}},
+	}
+}
+
+// noDice never fails transiently and never spot-checks.
+func noDice() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+
+func TestDemoRules(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, queue string
+		facts       map[string]any
+		want        string
+	}{
+		{"refund above the limit escalates", "refunds", map[string]any{"order_total": "240 EUR"}, client.ResultEscalated},
+		{"refund amount as a number", "refunds", map[string]any{"amount": 250.5}, client.ResultEscalated},
+		{"refund within the limit completes", "refunds", map[string]any{"order_total": "€19,90"}, client.ResultCompleted},
+		{"refund without an amount asks", "refunds", map[string]any{"customer": "c-1"}, client.ResultNeedsInput},
+		{"billing completes", "billing", map[string]any{"invoice": "INV-7"}, client.ResultCompleted},
+	}
+	for _, c := range cases {
+		in, why := decide(demoLease(c.queue, c.facts), c.queue, noDice(), 0)
+		if in.ResultType != c.want {
+			t.Errorf("%s: %s (%s); want %s", c.name, in.ResultType, why, c.want)
+			continue
+		}
+		// Every result must satisfy the return contract.
+		switch in.ResultType {
+		case client.ResultCompleted:
+			if len(in.Evidence) == 0 {
+				t.Errorf("%s: completed without evidence", c.name)
+			}
+			for _, e := range in.Evidence {
+				if e.Claim == "" || e.Source == "" {
+					t.Errorf("%s: evidence %+v lacks a claim or a source", c.name, e)
+				}
+			}
+		case client.ResultEscalated:
+			if in.Question == "" || in.NextStep == "" || len(in.Risks) == 0 || !strings.Contains(in.Question, "EUR") {
+				t.Errorf("%s: escalation %+v lacks question, next step or risks", c.name, in)
+			}
+		case client.ResultNeedsInput:
+			if in.Question == "" {
+				t.Errorf("%s: needs_input without a question", c.name)
+			}
+		}
+	}
+	if in, _ := decide(demoLease("billing", nil), "billing", noDice(), 1); in.ResultType != "" {
+		t.Errorf("fail rate 1 gave %s; want a transient failure", in.ResultType)
+	}
+}
+
+func TestDemoDiceAreReproducible(t *testing.T) {
+	t.Parallel()
+	d := &demoWorker{seed: 7, failRate: 0.1}
+	l := demoLease("billing", nil)
+	a, b := d.dice(l).Float64(), d.dice(l).Float64()
+	l.Attempt = 2
+	if c := d.dice(l).Float64(); a != b || a == c {
+		t.Fatalf("dice: %v %v %v; want the same per attempt and different across attempts", a, b, c)
+	}
+}

@@ -1,0 +1,64 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/views"
+)
+
+// AdminVerifyPage serves GET /console/admin/verify: the current or last run
+// of the background verification.
+func AdminVerifyPage(s *models.Store, v *models.Verifier) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := verifyData(c, s, v)
+		if err != nil {
+			return err
+		}
+		return Render(c, http.StatusOK, views.AdminVerifyPage(d))
+	}
+}
+
+// AdminVerifyStatus serves GET /console/admin/verify/status, the fragment
+// htmx polls while a run is in progress.
+func AdminVerifyStatus(s *models.Store, v *models.Verifier) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := verifyData(c, s, v)
+		if err != nil {
+			return err
+		}
+		return Render(c, http.StatusOK, views.VerifyStatus(d))
+	}
+}
+
+func verifyData(c echo.Context, s *models.Store, v *models.Verifier) (views.AdminVerifyData, error) {
+	d := views.AdminVerifyData{Run: v.Status(), Now: s.Now().UTC()}
+	names, err := s.DisplayNames(c.Request().Context(), d.Run.StartedBy)
+	if err != nil {
+		return d, fmt.Errorf("verify page: %w", err)
+	}
+	d.Names = names
+	return d, nil
+}
+
+// AdminVerifyStart serves POST /console/admin/verify: start a run unless one
+// is running (one at a time per process) and go back to the page.
+func AdminVerifyStart(v *models.Verifier) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		started, err := v.Start(c.Request().Context(), *CurrentUser(c))
+		if err != nil {
+			return err
+		}
+		b := views.Banner{Kind: "info", Text: "Verification started; this page shows its progress."}
+		if !started {
+			b = views.Banner{Kind: "warning", Text: "A verification is already running; here is its progress."}
+		}
+		if err := AddFlash(c, b); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/console/admin/verify")
+	}
+}

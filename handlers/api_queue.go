@@ -1,0 +1,127 @@
+package handlers
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/taskpilots/handoff/models"
+)
+
+// delegationWritten is the answer to POST /sessions/{id}/delegations.
+type delegationWritten struct {
+	DelegationID string        `json:"delegation_id"`
+	SessionID    string        `json:"session_id"`
+	StateVersion int64         `json:"state_version"`
+	Status       models.Status `json:"status"`
+}
+
+// delegate serves POST /sessions/{id}/delegations.
+func (a *API) delegate(c echo.Context) error {
+	var in models.DelegateInput
+	key, err := bind(c, &in, func() error { return in.Validate() })
+	if err != nil {
+		return err
+	}
+	out, err := a.Store.Delegate(c.Request().Context(), c.Param("id"), actor(c), key, in)
+	if err != nil {
+		return err
+	}
+	var d models.DelegationCreated
+	if err := out.DecodeData(&d); err != nil {
+		return err
+	}
+	return writeOutcome(c, http.StatusCreated, out, delegationWritten{
+		DelegationID: d.DelegationID, SessionID: out.SessionID, StateVersion: out.StateVersion, Status: out.Status,
+	})
+}
+
+// leaseView is a granted lease with the packet to work from.
+type leaseView struct {
+	Queue          string         `json:"queue"`
+	DelegationID   string         `json:"delegation_id"`
+	SessionID      string         `json:"session_id"`
+	Step           string         `json:"step"`
+	Attempt        int            `json:"attempt"`
+	LeaseToken     string         `json:"lease_token"`
+	LeaseExpiresAt models.UTCTime `json:"lease_expires_at"`
+	Packet         models.Packet  `json:"packet"`
+}
+
+// lease serves POST /queues/{queue}/lease: a long poll that answers 200 with
+// a lease as soon as work is available, or 204 when none became available
+// within wait_seconds (or the caller went away).
+func (a *API) lease(c echo.Context) error {
+	var in models.LeaseInput
+	queue := c.Param("queue")
+	key, err := bind(c, &in, func() error { return in.Validate(queue) })
+	if err != nil {
+		return err
+	}
+	if err := in.Validate(queue); err != nil {
+		return err
+	}
+	wait := time.Duration(0)
+	if in.WaitSeconds != nil {
+		wait = min(time.Duration(*in.WaitSeconds)*time.Second, models.MaxWaitSeconds*time.Second)
+	}
+	ctx := c.Request().Context()
+	l, err := a.Store.ClaimWait(ctx, queue, in.Worker, actor(c), key, wait)
+	if err != nil && ctx.Err() != nil {
+		// The caller hung up (or the server is stopping) while waiting; the
+		// claim, if one had started, rolled back with the context, so nothing
+		// was leased to anyone.
+		a.log().Debug("lease poll ended by its context", "queue", queue, "worker", in.Worker, "err", err)
+		return c.NoContent(http.StatusNoContent)
+	}
+	if err != nil {
+		return err
+	}
+	if l == nil {
+		return c.NoContent(http.StatusNoContent)
+	}
+	return c.JSON(http.StatusOK, leaseView{
+		Queue: queue, DelegationID: l.DelegationID, SessionID: l.SessionID, Step: l.Step, Attempt: l.Attempt,
+		LeaseToken: l.LeaseToken, LeaseExpiresAt: models.NewUTCTime(l.LeaseExpiresAt), Packet: l.Packet,
+	})
+}
+
+type heartbeatInput struct {
+	LeaseToken string `json:"lease_token"`
+}
+
+type heartbeatView struct {
+	DelegationID   string         `json:"delegation_id"`
+	LeaseExpiresAt models.UTCTime `json:"lease_expires_at"`
+}
+
+// heartbeat serves POST /delegations/{id}/heartbeat. Heartbeats change no
+// session state and are naturally repeatable, so they take no idempotency
+// key beyond checking its form.
+func (a *API) heartbeat(c echo.Context) error {
+	var in heartbeatInput
+	if _, err := bind(c, &in, nil); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	expires, err := a.Store.Heartbeat(c.Request().Context(), id, in.LeaseToken)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, heartbeatView{DelegationID: id, LeaseExpiresAt: models.NewUTCTime(expires)})
+}
+
+// submitResult serves POST /delegations/{id}/result: the return contract.
+func (a *API) submitResult(c echo.Context) error {
+	var in models.ResultInput
+	key, err := bind(c, &in, func() error { return in.Validate() })
+	if err != nil {
+		return err
+	}
+	out, err := a.Store.SubmitResult(c.Request().Context(), c.Param("id"), actor(c), key, in)
+	if err != nil {
+		return err
+	}
+	return writeOutcome(c, http.StatusOK, out, written(out))
+}

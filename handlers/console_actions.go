@@ -1,0 +1,198 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/views"
+)
+
+// actionFields are the text fields of each takeover form, named as the
+// models validation names them so that errors land next to their field.
+var actionFields = map[models.TakeoverAction][]string{
+	models.ActClaim:        nil,
+	models.ActRelease:      {"reason"},
+	models.ActForceRelease: {"reason"},
+	models.ActNote:         {"text", "evidence_claim", "evidence_source"},
+	models.ActRequestInput: {"question"},
+	models.ActResume:       {"queue", "step", "instructions", "facts"},
+	models.ActHandBack:     {"queue"},
+	models.ActComplete:     {"resolution"},
+	models.ActReject:       {"reason"},
+}
+
+// ConsoleActions lists the takeover actions, for route registration.
+func ConsoleActions() []models.TakeoverAction {
+	return []models.TakeoverAction{
+		models.ActClaim, models.ActRelease, models.ActForceRelease, models.ActNote, models.ActRequestInput,
+		models.ActResume, models.ActHandBack, models.ActComplete, models.ActReject,
+	}
+}
+
+var actionDone = map[models.TakeoverAction]string{
+	models.ActClaim:        "You hold this session now. Others see that you are working on it.",
+	models.ActRelease:      "Released: the session is back in the inbox for anyone to claim.",
+	models.ActForceRelease: "Force-released: the session is back in the inbox.",
+	models.ActNote:         "Note added.",
+	models.ActRequestInput: "Input requested: the session waits for an answer.",
+	models.ActResume:       "Automation resumed: the step is queued for a worker.",
+	models.ActHandBack:     "Handed back: the step is queued again.",
+	models.ActComplete:     "Session completed.",
+	models.ActReject:       "Session rejected.",
+}
+
+// ConsoleAction serves POST /console/sessions/:id/<action>. The form names
+// the state version it was rendered at; the command runs through the models
+// write path as user:<id>. On success the browser is sent back to the
+// session page; a stale version re-renders the page with 409 and the
+// conflict banner, invalid input with 422 and inline errors; in both cases
+// nothing is written and what the user typed is kept.
+func ConsoleAction(s *models.Store, a models.TakeoverAction) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Param("id")
+		values := make(map[string]string, len(actionFields[a]))
+		for _, f := range actionFields[a] {
+			values[f] = c.FormValue(f)
+		}
+		expected, err := versionParam("expected_version", c.FormValue("state_version"))
+		if err == nil {
+			_, err = runAction(c.Request().Context(), s, a, id, *CurrentUser(c), c.FormValue("idempotency_key"), expected, values)
+		}
+		if err != nil {
+			return renderRefused(c, s, id, a, expected, values, err)
+		}
+		if err := AddFlash(c, views.Banner{Kind: "success", Text: actionDone[a]}); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, string(views.SessionURL(id)))
+	}
+}
+
+// runAction calls the takeover command of a.
+func runAction(ctx context.Context, s *models.Store, a models.TakeoverAction, id string, u models.User, key string, expected int64, v map[string]string) (models.Outcome, error) {
+	ev := &expected
+	switch a {
+	case models.ActClaim:
+		return s.ClaimEscalation(ctx, id, u, key, models.ClaimInput{ExpectedVersion: ev})
+	case models.ActRelease:
+		return s.Release(ctx, id, u, key, models.ReleaseInput{ExpectedVersion: ev, Reason: v["reason"]})
+	case models.ActForceRelease:
+		return s.ForceRelease(ctx, id, u, key, models.ReleaseInput{ExpectedVersion: ev, Reason: v["reason"]})
+	case models.ActNote:
+		return s.AddNote(ctx, id, u, key, models.NoteInput{ExpectedVersion: ev, Text: v["text"],
+			EvidenceClaim: v["evidence_claim"], EvidenceSource: v["evidence_source"]})
+	case models.ActRequestInput:
+		return s.RequestInput(ctx, id, u, key, models.RequestInputInput{ExpectedVersion: ev, Question: v["question"]})
+	case models.ActResume:
+		in := models.ResumeInput{ExpectedVersion: ev, Queue: strings.TrimSpace(v["queue"]), Step: v["step"], Instructions: v["instructions"]}
+		facts, ferr := parseFactLines(v["facts"])
+		in.Facts = facts
+		if ferr != nil {
+			// Report the facts together with every other invalid field.
+			all := &models.ValidationError{Fields: ferr.Fields}
+			var ve *models.ValidationError
+			if errors.As(in.Validate(), &ve) {
+				all.Fields = append(all.Fields, ve.Fields...)
+			}
+			return models.Outcome{}, all
+		}
+		return s.ResumeAutomation(ctx, id, u, key, in)
+	case models.ActHandBack:
+		return s.HandBack(ctx, id, u, key, models.HandBackInput{ExpectedVersion: ev, Queue: strings.TrimSpace(v["queue"])})
+	case models.ActComplete:
+		return s.CompleteHuman(ctx, id, u, key, models.CompleteInput{ExpectedVersion: ev, Resolution: v["resolution"]})
+	case models.ActReject:
+		return s.RejectHuman(ctx, id, u, key, models.RejectInput{ExpectedVersion: ev, Reason: v["reason"]})
+	}
+	return models.Outcome{}, echo.ErrNotFound
+}
+
+// parseFactLines reads "key=value" lines; blank lines are skipped.
+func parseFactLines(text string) (map[string]any, *models.ValidationError) {
+	var facts map[string]any
+	v := &models.ValidationError{}
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			v.Add("facts", "line %d must be key=value", i+1)
+			continue
+		}
+		if facts == nil {
+			facts = map[string]any{}
+		}
+		facts[k] = strings.TrimSpace(val)
+	}
+	if len(v.Fields) > 0 {
+		return facts, v
+	}
+	return facts, nil
+}
+
+// renderRefused answers a refused action with the session page: the form
+// keeps what was typed, with inline errors (422), the conflict banner (409)
+// or a banner saying why it is not allowed (403, 422). Unknown sessions and
+// internal errors go to the error handler.
+func renderRefused(c echo.Context, s *models.Store, id string, a models.TakeoverAction, expected int64, values map[string]string, err error) error {
+	status := StatusFor(err)
+	code := models.ErrorCode(err)
+	if status >= 500 || code == models.ENOTFOUND || code == models.EUNAUTH {
+		return err
+	}
+	d, lerr := loadSessionPage(c, s, id)
+	if lerr != nil {
+		return lerr
+	}
+	form := views.ActionForm{Values: values}
+	var ve *models.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		form.Errors = make(map[string]string, len(ve.Fields))
+		for _, f := range ve.Fields {
+			if prev, ok := form.Errors[f.Field]; ok {
+				form.Errors[f.Field] = prev + "; " + f.Message
+			} else {
+				form.Errors[f.Field] = f.Message
+			}
+		}
+	case code == models.ECONFLICT:
+		d.Conflict = &views.Conflict{Action: a, FromVersion: expected, Events: d.EventsSince(expected), Values: values}
+		if holder, ok := models.IsClaimed(err); ok {
+			d.Conflict.Holder = holder
+		}
+	case code == models.EFORBIDDEN:
+		d.Problem = forbiddenText(d)
+	case code == models.EILLEGAL:
+		d.Problem = fmt.Sprintf("%s is not possible now: the session is %s.", actionName(a), views.StatusLabel(d.State.Status))
+	default:
+		d.Problem = ProblemFor(err).Detail
+	}
+	d.Forms = map[models.TakeoverAction]views.ActionForm{a: form}
+	return Render(c, status, views.SessionPage(d))
+}
+
+func forbiddenText(d views.SessionPageData) string {
+	if d.State.Status == models.StatusHumanActive && d.State.Assignee != "" {
+		holder := d.Names[d.State.Assignee]
+		if holder == "" {
+			holder = d.State.Assignee
+		}
+		return "Nothing was saved: " + holder + " holds this session; only they or an admin can act on it."
+	}
+	return "Nothing was saved: your role cannot act on escalations."
+}
+
+func actionName(a models.TakeoverAction) string {
+	s := strings.ReplaceAll(string(a), "-", " ")
+	return strings.ToUpper(s[:1]) + s[1:]
+}

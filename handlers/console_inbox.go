@@ -1,0 +1,71 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/views"
+)
+
+// ConsoleInbox serves GET /console and /console/inbox: the sessions in human
+// hands, most urgent first, with filters, counts and keyset pages. An htmx
+// request (the ten-second live refresh) gets only the list.
+func ConsoleInbox(s *models.Store) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		f, err := bindInboxFilter(c)
+		if err != nil {
+			return err
+		}
+		u := CurrentUser(c)
+		ctx := c.Request().Context()
+		after := strings.TrimSpace(c.QueryParam("after"))
+		page, err := s.Inbox(ctx, models.InboxOpts{InboxFilter: f, Me: models.AssigneeOf(*u), After: after})
+		if err != nil {
+			return err
+		}
+		assignees := make([]string, 0, len(page.Rows))
+		for _, r := range page.Rows {
+			assignees = append(assignees, r.Assignee)
+		}
+		names, err := s.DisplayNames(ctx, assignees...)
+		if err != nil {
+			return fmt.Errorf("inbox: %w", err)
+		}
+		d := views.InboxData{Filter: f, After: after, Page: page, Names: names, Now: s.Now().UTC()}
+		if isHTMX(c) {
+			return Render(c, http.StatusOK, views.InboxList(d))
+		}
+		return Render(c, http.StatusOK, views.InboxPage(d))
+	}
+}
+
+// bindInboxFilter reads the inbox filters from the query string; the values
+// themselves are checked by InboxFilter.Validate.
+func bindInboxFilter(c echo.Context) (models.InboxFilter, error) {
+	f := models.InboxFilter{
+		Status:     models.Status(strings.TrimSpace(c.QueryParam("status"))),
+		Queue:      strings.TrimSpace(c.QueryParam("queue")),
+		Assignment: strings.TrimSpace(c.QueryParam("assigned")),
+		Search:     strings.TrimSpace(c.QueryParam("q")),
+	}
+	if p := strings.TrimSpace(c.QueryParam("priority")); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return f, &models.ValidationError{Fields: []models.FieldError{{Field: "priority", Message: "must be a number between 1 and 5"}}}
+		}
+		f.Priority = n
+	}
+	return f, nil
+}
+
+// isHTMX reports whether the request comes from htmx (a fragment swap)
+// rather than a full page load or a boosted navigation.
+func isHTMX(c echo.Context) bool {
+	h := c.Request().Header
+	return h.Get("HX-Request") == "true" && h.Get("HX-Boosted") != "true"
+}

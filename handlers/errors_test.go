@@ -1,0 +1,62 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/taskpilots/handoff/handlers"
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
+	"github.com/taskpilots/handoff/web"
+)
+
+func TestErrorsAnswerBrowsersWithHTMLAndClientsWithProblems(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		b := newBrowser(t, s, web.Config{})
+
+		p := b.get("/no/such/page")
+		if p.StatusCode != http.StatusNotFound || !strings.HasPrefix(p.Header.Get("Content-Type"), "text/html") {
+			t.Fatalf("browser 404: %d %q", p.StatusCode, p.Header.Get("Content-Type"))
+		}
+		doc := p.Doc(t)
+		if doc.Find(`[data-testid="error-page"]`).Length() != 1 || !strings.Contains(doc.Find("h1").Text(), "not found") {
+			t.Fatalf("no calm 404 page:\n%s", p.Body)
+		}
+		if doc.Find(`link[rel="stylesheet"]`).Length() != 1 {
+			t.Error("error page without the stylesheet")
+		}
+
+		for _, c := range []struct{ path, accept string }{
+			{"/api/v1/no/such/thing", ""},
+			{"/no/such/page", "application/json"},
+		} {
+			p := b.get(c.path, "Accept", c.accept)
+			if p.StatusCode != http.StatusNotFound || p.Header.Get("Content-Type") != handlers.ProblemContentType {
+				t.Fatalf("%s (Accept %q): %d %q", c.path, c.accept, p.StatusCode, p.Header.Get("Content-Type"))
+			}
+			var prob handlers.Problem
+			if err := json.Unmarshal([]byte(p.Body), &prob); err != nil || prob.Status != 404 || prob.Errors == nil {
+				t.Fatalf("problem body %s (%v)", p.Body, err)
+			}
+		}
+	})
+}
+
+func TestTrailingSlashRedirects(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		b := newBrowser(t, s, web.Config{})
+		p := b.get("/console/sessions/?status=open")
+		if p.StatusCode != http.StatusMovedPermanently || p.Header.Get("Location") != "/console/sessions?status=open" {
+			t.Fatalf("%d %q", p.StatusCode, p.Header.Get("Location"))
+		}
+		// Not an open redirect.
+		p = b.get("//evil.example/")
+		if loc := p.Header.Get("Location"); strings.HasPrefix(loc, "//") {
+			t.Fatalf("open redirect to %q", loc)
+		}
+	})
+}

@@ -1,0 +1,167 @@
+package demo_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/demo"
+	"github.com/taskpilots/handoff/models/storetest"
+)
+
+func TestSeed(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		fixed := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+		s.Now = func() time.Time { return fixed }
+
+		n, err := demo.Seed(ctx, s)
+		if err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		if n < 24 {
+			t.Fatalf("seeded %d sessions, want at least 24", n)
+		}
+		if got := s.Now(); !got.Equal(fixed) {
+			t.Fatalf("seed left the clock at %v", got)
+		}
+		counts, err := s.CountByStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, st := range models.AllStatuses {
+			if counts[st] == 0 {
+				t.Errorf("no demo session is %s (counts %v)", st, counts)
+			}
+			total += counts[st]
+		}
+		if total != int64(n) {
+			t.Fatalf("%d sessions in the database, Seed reported %d", total, n)
+		}
+		rep, err := s.Verify(ctx, models.VerifyOpts{})
+		if err != nil || !rep.OK() {
+			t.Fatalf("verify = %+v, %v", rep.Problems, err)
+		}
+
+		// The history is spread over the past days, never in the future.
+		var first, last models.UTCTime
+		if err := s.DB.Raw(`SELECT min(created_at) FROM events`).Scan(&first).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB.Raw(`SELECT max(created_at) FROM events`).Scan(&last).Error; err != nil {
+			t.Fatal(err)
+		}
+		if last.After(fixed) || fixed.Sub(first.Time) < 5*24*time.Hour {
+			t.Fatalf("events run from %v to %v, seeded at %v", first, last, fixed)
+		}
+
+		checkStories(ctx, t, s)
+
+		// The demo users can log in with the documented password.
+		for _, email := range []string{demo.AgentEmail, demo.ReviewerEmail} {
+			if _, err := s.Authenticate(ctx, email, demo.Password); err != nil {
+				t.Fatalf("log in as %s: %v", email, err)
+			}
+		}
+
+		// A second seed finds sessions and creates nothing.
+		before, _ := s.CountByStatus(ctx)
+		if n, err := demo.Seed(ctx, s); err != nil || n != 0 {
+			t.Fatalf("second seed = %d, %v", n, err)
+		}
+		after, _ := s.CountByStatus(ctx)
+		if len(after) != len(before) {
+			t.Fatalf("second seed changed counts: %v → %v", before, after)
+		}
+		for st, c := range before {
+			if after[st] != c {
+				t.Fatalf("second seed changed counts: %v → %v", before, after)
+			}
+		}
+	})
+}
+
+// checkStories looks at the stories the product's demo must tell.
+func checkStories(ctx context.Context, t *testing.T, s *models.Store) {
+	t.Helper()
+	byRef := map[string]models.State{}
+	rows, err := s.ListSessions(ctx, models.ListSessionsOpts{Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := map[string]bool{}
+	for _, r := range rows {
+		full, err := s.GetSession(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := full.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ParentID == "" {
+			byRef[st.TicketRef] = st
+		}
+		refs[st.TicketRef] = true
+		if st.Priority < 1 || st.Priority > 5 {
+			t.Errorf("%s has priority %d", st.TicketRef, st.Priority)
+		}
+	}
+	if len(refs) < 20 {
+		t.Errorf("only %d distinct tickets", len(refs))
+	}
+
+	// The escalated refund above the limit carries a full package.
+	esc := byRef["T-1182"]
+	if e := esc.Escalation; esc.Status != models.StatusEscalated || e == nil || len(e.Evidence) < 2 || e.Evidence[0].Source == "" ||
+		len(e.Risks) == 0 || e.RecommendedNext == "" || e.Uncertainty == nil || e.Question == "" {
+		t.Errorf("T-1182 escalation package = %+v (status %s)", esc.Escalation, esc.Status)
+	}
+
+	// The crashed worker's delegation was rescued and completed on attempt 2.
+	crash := byRef["T-1190"]
+	if crash.Status != models.StatusCompleted || len(crash.CompletedSteps) != 1 || crash.CompletedSteps[0].Attempt != 2 {
+		t.Errorf("T-1190 = %s %+v", crash.Status, crash.CompletedSteps)
+	}
+	evs, err := s.ListEvents(ctx, crash.SessionID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := false
+	for _, e := range evs {
+		expired = expired || (e.Type == models.EventDelegationExpired && e.Actor == models.RescuerActor)
+	}
+	if !expired {
+		t.Errorf("T-1190 has no lease_expired event by the rescuer")
+	}
+
+	// A human holds one, the demo agent.
+	agent := byRef["T-1224"]
+	if agent.Status != models.StatusHumanActive || agent.Assignee == "" {
+		t.Errorf("T-1224 = %s, assignee %q", agent.Status, agent.Assignee)
+	}
+
+	// The fan-out parent waits for children that name it.
+	parent := byRef["T-1250"]
+	if parent.Status != models.StatusWaitingChildren || parent.Join == nil || len(parent.Join.Children) != 3 {
+		t.Fatalf("T-1250 = %s %+v", parent.Status, parent.Join)
+	}
+	for _, id := range parent.Join.Children {
+		c, err := s.GetSession(ctx, id)
+		if err != nil || c.ParentID == nil || *c.ParentID != parent.SessionID {
+			t.Errorf("child %s = %+v, %v", id, c, err)
+		}
+	}
+
+	// The running delegation's lease outlives the seed for a while.
+	running := byRef["T-1236"]
+	if running.Status != models.StatusRunning || running.Delegation == nil {
+		t.Fatalf("T-1236 = %s", running.Status)
+	}
+	d, err := s.GetDelegation(ctx, running.Delegation.ID)
+	if err != nil || !d.LeaseExpiresAt.Valid || !d.LeaseExpiresAt.Time.After(s.Now()) {
+		t.Errorf("T-1236 delegation = %+v, %v", d, err)
+	}
+}

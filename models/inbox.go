@@ -1,0 +1,632 @@
+package models
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// The support console's read models: the inbox of sessions waiting for a
+// human, and what the session page needs besides the state itself (the
+// timeline, children, the diff between two versions).
+
+// inboxStatuses are the statuses a session has while it is in human hands.
+// They are spelled out as SQL literals, not parameters, so that the planner
+// can match the partial indexes of migration 00004 whatever the plan cache does.
+const inboxWhere = `status IN ('escalated', 'human_active')`
+
+// Assignment filters of the inbox.
+const (
+	AssignedToMe = "me"
+	Unassigned   = "unassigned"
+)
+
+// InboxFilter narrows the inbox. Zero values mean "any".
+type InboxFilter struct {
+	Status     Status // StatusEscalated or StatusHumanActive
+	Queue      string
+	Priority   int    // 1..5
+	Assignment string // AssignedToMe or Unassigned
+	// Search matches a session id or a ticket_ref exactly.
+	Search string
+}
+
+// Validate lists every problem with the filter.
+func (f InboxFilter) Validate() error {
+	v := &ValidationError{}
+	if f.Status != "" && f.Status != StatusEscalated && f.Status != StatusHumanActive {
+		v.Add("status", "must be escalated or human_active")
+	}
+	if f.Queue != "" && !namePattern.MatchString(f.Queue) {
+		v.Add("queue", "must be 1-64 letters, digits, '.', '_' or '-'")
+	}
+	if f.Priority != 0 && (f.Priority < 1 || f.Priority > 5) {
+		v.Add("priority", "must be between 1 and 5")
+	}
+	if f.Assignment != "" && f.Assignment != AssignedToMe && f.Assignment != Unassigned {
+		v.Add("assigned", "must be me or unassigned")
+	}
+	if len(f.Search) > MaxTicketRef {
+		v.Add("q", "must be at most %d characters", MaxTicketRef)
+	}
+	return v.Err()
+}
+
+// InboxOpts asks for one page of the inbox.
+type InboxOpts struct {
+	InboxFilter
+	// Me is the assignee value of the user looking (AssigneeOf), for the
+	// "assigned to me" filter and its count.
+	Me string
+	// After is the cursor of the previous page's last row (InboxPage.Next).
+	After string
+	Limit int
+}
+
+// Inbox page sizes.
+const (
+	DefaultInboxLimit = 50
+	MaxInboxLimit     = 200
+)
+
+// InboxRow is one session in the inbox: projection columns only, never the
+// state body, so that a page costs the same whatever the sessions hold.
+type InboxRow struct {
+	ID           string
+	TicketRef    string
+	Goal         string
+	Status       Status
+	Priority     int
+	StateVersion int64
+	CurrentStep  string
+	Queue        string
+	Assignee     string
+	EscalatedAt  UTCTime
+	UpdatedAt    UTCTime
+	// SLA is the escalation's SLA clock at the time of the query.
+	SLA SLAClock `gorm:"-"`
+}
+
+// InboxCounts are the faceted counts of the inbox: for each option of a
+// filter, how many sessions match it together with the other active filters
+// (search aside), so that each number is what clicking it would show.
+type InboxCounts struct {
+	Total      int64 // matching all active filters except search
+	All        int64 // the whole inbox, no filter
+	Status     map[Status]int64
+	Queue      map[string]int64
+	Priority   map[int]int64
+	Assignment map[string]int64 // AssignedToMe, Unassigned
+	// AnyStatus, AnyQueue, AnyPriority and AnyAssignment count the "any"
+	// option of each filter.
+	AnyStatus, AnyQueue, AnyPriority, AnyAssignment int64
+}
+
+// Queues lists the queues with sessions in the inbox, sorted.
+func (c InboxCounts) Queues() []string {
+	qs := make([]string, 0, len(c.Queue))
+	for q := range c.Queue {
+		qs = append(qs, q)
+	}
+	sort.Strings(qs)
+	return qs
+}
+
+// InboxPage is one page of the inbox.
+type InboxPage struct {
+	Rows []InboxRow
+	// Next is the cursor of the next page, empty on the last page.
+	Next   string
+	Counts InboxCounts
+}
+
+// inboxKey is the position of a row in the inbox order. The order itself is
+// (SLA due, priority, escalated_at, id); the due time is derived from the
+// priority and escalated_at with the SLA policy, so it is not stored.
+type inboxKey struct {
+	Priority    int     `json:"p"`
+	EscalatedAt UTCTime `json:"e"`
+	ID          string  `json:"i"`
+}
+
+func encodeCursor(r InboxRow) string {
+	b, _ := json.Marshal(inboxKey{Priority: r.Priority, EscalatedAt: r.EscalatedAt, ID: r.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (inboxKey, error) {
+	var k inboxKey
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &k)
+	}
+	if err != nil || k.ID == "" || k.EscalatedAt.IsZero() || k.Priority < MinPriority || k.Priority > MaxPriority {
+		return k, &ValidationError{Fields: []FieldError{{Field: "after", Message: "is not a cursor of this inbox"}}}
+	}
+	return k, nil
+}
+
+// The priorities a session can have (CreateSessionInput.Validate).
+const (
+	MinPriority = 1
+	MaxPriority = 5
+)
+
+// AssigneeOf is the assignee value the takeover commands record for u, so
+// that the inbox can tell "assigned to me".
+func AssigneeOf(u User) string { return u.Actor() }
+
+const inboxColumns = "id, ticket_ref, goal, status, priority, state_version, current_step, queue, assignee, escalated_at, updated_at"
+
+// Inbox returns one page of the sessions in human hands, most urgent first
+// (SLA due, then priority, then the longest waiting), and the counts of every
+// filter option.
+//
+// The due time is escalated_at plus the SLA of the priority, so within one
+// priority due order is escalated_at order. The page is therefore one query:
+// a UNION ALL with a branch per priority, each a keyset range read in order
+// from the partial indexes of migration 00004 and cut at the page size, and
+// the branches are merged here. It costs the same on page 1 and page 2,000,
+// with 100,000 sessions.
+func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
+	o.Search = strings.TrimSpace(o.Search)
+	if err := o.InboxFilter.Validate(); err != nil {
+		return InboxPage{}, err
+	}
+	if o.Limit <= 0 {
+		o.Limit = DefaultInboxLimit
+	}
+	o.Limit = min(o.Limit, MaxInboxLimit)
+	var after *inboxKey
+	if o.After != "" {
+		k, err := decodeCursor(o.After)
+		if err != nil {
+			return InboxPage{}, err
+		}
+		after = &k
+	}
+	policy := s.slaPolicy()
+	filter, filterArgs := inboxFilterSQL(o)
+	var (
+		branches []string
+		args     []any
+	)
+	for p := MinPriority; p <= MaxPriority; p++ {
+		if o.Priority != 0 && p != o.Priority {
+			continue
+		}
+		q := "SELECT " + inboxColumns + " FROM sessions WHERE " + inboxWhere + " AND priority = ?" + filter
+		args = append(args, p)
+		args = append(args, filterArgs...)
+		if after != nil {
+			// Rows of priority p after the cursor: due later, or due at the
+			// same time with a greater (priority, escalated_at, id).
+			due := after.EscalatedAt.Add(policy.For(after.Priority))
+			from := NewUTCTime(due.Add(-policy.For(p)))
+			switch {
+			case p == after.Priority:
+				q += " AND (escalated_at, id) > (" + s.timeParam() + ", ?)"
+				args = append(args, after.EscalatedAt, after.ID)
+			case p < after.Priority:
+				q += " AND escalated_at > " + s.timeParam()
+				args = append(args, from)
+			default:
+				q += " AND escalated_at >= " + s.timeParam()
+				args = append(args, from)
+			}
+		}
+		// One row more than the page tells whether there is a next page.
+		q += " ORDER BY escalated_at, id LIMIT ?"
+		args = append(args, o.Limit+1)
+		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
+	}
+	var rows []InboxRow
+	if err := s.DB.WithContext(ctx).Raw(strings.Join(branches, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
+		return InboxPage{}, fmt.Errorf("inbox: %w", err)
+	}
+	now := s.now()
+	for i := range rows {
+		rows[i].SLA = policy.Clock(rows[i].Priority, rows[i].EscalatedAt.Time, now)
+	}
+	sort.Slice(rows, func(i, j int) bool { return inboxLess(rows[i], rows[j]) })
+	page := InboxPage{Rows: rows}
+	if len(rows) > o.Limit {
+		page.Rows = rows[:o.Limit]
+		page.Next = encodeCursor(page.Rows[o.Limit-1])
+	}
+	var err error
+	page.Counts, err = s.inboxCounts(ctx, o)
+	return page, err
+}
+
+// inboxLess is the inbox order: SLA due, priority, escalated_at, id.
+func inboxLess(a, b InboxRow) bool {
+	switch {
+	case !a.SLA.DueAt.Equal(b.SLA.DueAt):
+		return a.SLA.DueAt.Before(b.SLA.DueAt)
+	case a.Priority != b.Priority:
+		return a.Priority < b.Priority
+	case !a.EscalatedAt.Equal(b.EscalatedAt.Time):
+		return a.EscalatedAt.Before(b.EscalatedAt.Time)
+	}
+	return a.ID < b.ID
+}
+
+// inboxFilterSQL is the WHERE part of the filters other than priority.
+func inboxFilterSQL(o InboxOpts) (string, []any) {
+	var (
+		b    strings.Builder
+		args []any
+	)
+	if o.Status != "" {
+		b.WriteString(" AND status = ?")
+		args = append(args, o.Status)
+	}
+	if o.Queue != "" {
+		b.WriteString(" AND queue = ?")
+		args = append(args, o.Queue)
+	}
+	switch o.Assignment {
+	case AssignedToMe:
+		b.WriteString(" AND assignee = ?")
+		args = append(args, o.Me)
+	case Unassigned:
+		b.WriteString(" AND assignee = ''")
+	}
+	if o.Search != "" {
+		b.WriteString(" AND (id = ? OR ticket_ref = ?)")
+		args = append(args, o.Search, o.Search)
+	}
+	return b.String(), args
+}
+
+// timeParam is a time placeholder: PostgreSQL gets the fixed-width text form
+// that UTCTime binds as, cast to timestamptz; SQLite compares the text.
+func (s *Store) timeParam() string {
+	if s.Dialect == Postgres {
+		return "?::timestamptz"
+	}
+	return "?"
+}
+
+type inboxGroup struct {
+	Status   Status
+	Queue    string
+	Priority int
+	Assignee string
+	N        int64
+}
+
+// inboxCounts computes every facet count from one grouped query; the number of
+// groups is bounded by statuses × queues × priorities × assignees, not by the
+// number of sessions.
+func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, error) {
+	var groups []inboxGroup
+	err := s.DB.WithContext(ctx).Raw(`SELECT status, queue, priority, assignee, count(*) AS n
+FROM sessions WHERE ` + inboxWhere + ` GROUP BY status, queue, priority, assignee`).Scan(&groups).Error
+	if err != nil {
+		return InboxCounts{}, fmt.Errorf("inbox counts: %w", err)
+	}
+	c := InboxCounts{
+		Status: map[Status]int64{}, Queue: map[string]int64{}, Priority: map[int]int64{},
+		Assignment: map[string]int64{AssignedToMe: 0, Unassigned: 0},
+	}
+	assignment := func(g inboxGroup) []string {
+		switch {
+		case g.Assignee == "":
+			return []string{Unassigned}
+		case o.Me != "" && g.Assignee == o.Me:
+			return []string{AssignedToMe}
+		}
+		return nil
+	}
+	for _, g := range groups {
+		c.All += g.N
+		st := o.Status == "" || g.Status == o.Status
+		qu := o.Queue == "" || g.Queue == o.Queue
+		pr := o.Priority == 0 || g.Priority == o.Priority
+		as := o.Assignment == ""
+		for _, a := range assignment(g) {
+			as = as || a == o.Assignment
+		}
+		if qu && pr && as {
+			c.Status[g.Status] += g.N
+			c.AnyStatus += g.N
+		}
+		if st && pr && as {
+			if g.Queue != "" {
+				c.Queue[g.Queue] += g.N
+			}
+			c.AnyQueue += g.N
+		}
+		if st && qu && as {
+			c.Priority[g.Priority] += g.N
+			c.AnyPriority += g.N
+		}
+		if st && qu && pr {
+			for _, a := range assignment(g) {
+				c.Assignment[a] += g.N
+			}
+			c.AnyAssignment += g.N
+		}
+		if st && qu && pr && as {
+			c.Total += g.N
+		}
+	}
+	return c, nil
+}
+
+// DisplayNames maps assignee and actor values ("user:usr_…") to the names of
+// their users, in one query for the whole page. Values that are not users
+// (tokens, the system) map to themselves.
+func (s *Store) DisplayNames(ctx context.Context, actors ...string) (map[string]string, error) {
+	out := make(map[string]string, len(actors))
+	var ids []string
+	for _, a := range actors {
+		if a == "" {
+			continue
+		}
+		out[a] = a
+		if id, ok := strings.CutPrefix(a, "user:"); ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var users []User
+	if err := s.DB.WithContext(ctx).Select("id, name, email").Where("id IN ?", ids).Find(&users).Error; err != nil {
+		return nil, fmt.Errorf("display names: %w", err)
+	}
+	for _, u := range users {
+		out[u.Actor()] = u.Name
+	}
+	return out, nil
+}
+
+// Children returns the child sessions of a parent (fan-out), oldest first,
+// without their state bodies.
+func (s *Store) Children(ctx context.Context, parentID string) ([]Session, error) {
+	var rows []Session
+	err := s.DB.WithContext(ctx).Model(&Session{}).Omit("state").
+		Where("parent_id = ?", parentID).Order("id").Limit(500).Find(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("session %s: children: %w", parentID, err)
+	}
+	return rows, nil
+}
+
+// MaxTimelineEvents bounds the timeline of one session page.
+const MaxTimelineEvents = 2000
+
+// Timeline returns a session's events in order, only those of the given types
+// when any are given, at most MaxTimelineEvents.
+func (s *Store) Timeline(ctx context.Context, sessionID string, types ...EventType) ([]Event, error) {
+	q := s.DB.WithContext(ctx).Where("session_id = ?", sessionID)
+	if len(types) > 0 {
+		q = q.Where("type IN ?", types)
+	}
+	var evs []Event
+	if err := q.Order("seq").Limit(MaxTimelineEvents).Find(&evs).Error; err != nil {
+		return nil, fmt.Errorf("session %s: timeline: %w", sessionID, err)
+	}
+	return evs, nil
+}
+
+// ChangeKind says how a field differs between two states.
+type ChangeKind string
+
+// The kinds of change in a state diff.
+const (
+	ChangeAdded   ChangeKind = "added"
+	ChangeRemoved ChangeKind = "removed"
+	ChangeChanged ChangeKind = "changed"
+)
+
+// FieldChange is one leaf field that differs between two states. Path is
+// dotted with [i] for list items (facts.order_total, evidence[2].source);
+// From and To are canonical JSON, empty when the field is absent.
+type FieldChange struct {
+	Path string
+	Kind ChangeKind
+	From string
+	To   string
+}
+
+// DiffStates compares two states field by field over their canonical JSON,
+// the same encoding that is stored and replayed, so the diff shows exactly
+// what the events changed.
+func DiffStates(from, to State) ([]FieldChange, error) {
+	a, err := flatten(from)
+	if err != nil {
+		return nil, err
+	}
+	b, err := flatten(to)
+	if err != nil {
+		return nil, err
+	}
+	var out []FieldChange
+	for p, av := range a {
+		bv, ok := b[p]
+		switch {
+		case !ok:
+			out = append(out, FieldChange{Path: p, Kind: ChangeRemoved, From: av})
+		case av != bv:
+			out = append(out, FieldChange{Path: p, Kind: ChangeChanged, From: av, To: bv})
+		}
+	}
+	for p, bv := range b {
+		if _, ok := a[p]; !ok {
+			out = append(out, FieldChange{Path: p, Kind: ChangeAdded, To: bv})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// flatten maps every leaf of st's canonical JSON to its path. Empty objects
+// and lists are leaves too, so that "became empty" is a change.
+func flatten(st State) (map[string]string, error) {
+	b, err := Canonical(st)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	if err := decodeJSON(b, &v); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	var walk func(path string, v any) error
+	walk = func(path string, v any) error {
+		switch x := v.(type) {
+		case map[string]any:
+			if len(x) > 0 {
+				for k, c := range x {
+					p := k
+					if path != "" {
+						p = path + "." + k
+					}
+					if err := walk(p, c); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		case []any:
+			if len(x) > 0 {
+				for i, c := range x {
+					if err := walk(path+"["+strconv.Itoa(i)+"]", c); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
+		leaf, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		out[path] = string(leaf)
+		return nil
+	}
+	return out, walk("", v)
+}
+
+// TakeoverAction names a takeover form of the console; the names are also
+// the last segment of the form's URL.
+type TakeoverAction string
+
+// The takeover actions.
+const (
+	ActClaim        TakeoverAction = "claim"
+	ActRelease      TakeoverAction = "release"
+	ActForceRelease TakeoverAction = "force-release"
+	ActNote         TakeoverAction = "note"
+	ActRequestInput TakeoverAction = "request-input"
+	ActResume       TakeoverAction = "resume"
+	ActHandBack     TakeoverAction = "hand-back"
+	ActComplete     TakeoverAction = "complete"
+	ActReject       TakeoverAction = "reject"
+)
+
+// TakeoverActions lists what u may do to a session in state st, in the order
+// the console offers it. It mirrors the rules the takeover commands enforce
+// (status table, one holder at a time, admins may force a release) so that
+// the console only offers what would be accepted; the commands still decide.
+func TakeoverActions(st State, u User) []TakeoverAction {
+	if !u.CanTakeOver() {
+		return nil
+	}
+	switch st.Status {
+	case StatusEscalated:
+		return []TakeoverAction{ActClaim, ActNote}
+	case StatusHumanActive:
+		if st.Assignee == u.Actor() {
+			return []TakeoverAction{ActComplete, ActResume, ActHandBack, ActRequestInput, ActReject, ActNote, ActRelease}
+		}
+		if u.Role == RoleAdmin {
+			return []TakeoverAction{ActForceRelease}
+		}
+	}
+	return nil
+}
+
+// SessionDetail is what the console's session page shows, read in a few
+// indexed queries: the projection row and its state, every event (bounded by
+// MaxTimelineEvents), the parent and the children.
+type SessionDetail struct {
+	Row      Session
+	State    State
+	Events   []Event
+	Parent   *Session
+	Children []Session
+}
+
+// ClaimedAt is when the current holder claimed the session (zero when nobody
+// holds it).
+func (d SessionDetail) ClaimedAt() UTCTime {
+	if d.State.Status != StatusHumanActive {
+		return UTCTime{}
+	}
+	for i := len(d.Events) - 1; i >= 0; i-- {
+		if d.Events[i].Type == EventHumanClaimed {
+			return d.Events[i].CreatedAt
+		}
+	}
+	return UTCTime{}
+}
+
+// EventsSince returns the events after version v, for the conflict banner of
+// a form rendered at v.
+func (d SessionDetail) EventsSince(v int64) []Event {
+	for i, e := range d.Events {
+		if e.Seq > v {
+			return d.Events[i:]
+		}
+	}
+	return nil
+}
+
+// Actors lists every actor and assignee the page names, for DisplayNames.
+func (d SessionDetail) Actors() []string {
+	out := []string{d.State.Assignee}
+	seen := map[string]bool{}
+	for _, e := range d.Events {
+		if !seen[e.Actor] {
+			seen[e.Actor] = true
+			out = append(out, e.Actor)
+		}
+	}
+	return out
+}
+
+// GetSessionDetail reads what the session page needs.
+func (s *Store) GetSessionDetail(ctx context.Context, id string) (SessionDetail, error) {
+	row, err := s.GetSession(ctx, id)
+	if err != nil {
+		return SessionDetail{}, err
+	}
+	d := SessionDetail{Row: row}
+	if d.State, err = row.Decode(); err != nil {
+		return SessionDetail{}, err
+	}
+	if d.Events, err = s.Timeline(ctx, id); err != nil {
+		return SessionDetail{}, err
+	}
+	if row.ParentID != nil {
+		p, err := s.GetSession(ctx, *row.ParentID)
+		if err != nil {
+			return SessionDetail{}, err
+		}
+		p.State = ""
+		d.Parent = &p
+	}
+	if d.Children, err = s.Children(ctx, id); err != nil {
+		return SessionDetail{}, err
+	}
+	return d, nil
+}

@@ -1,0 +1,430 @@
+package models_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
+)
+
+// tick gives the store a clock that advances one minute per call, so that
+// escalation times are distinct and ordered without sleeping.
+func tick(s *models.Store) {
+	t0 := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	n := 0
+	s.Now = func() time.Time { n++; return t0.Add(time.Duration(n) * time.Minute) }
+}
+
+// escalated creates a session with the given priority and ticket, delegated to
+// queue when queue is set, and escalates it; it returns the session id.
+func escalated(ctx context.Context, t testing.TB, s *models.Store, prio int, ticket, queue string) string {
+	t.Helper()
+	id := storetest.Session(ctx, t, s, &storetest.SessionOpts{Priority: prio, TicketRef: ticket})
+	v := int64(1)
+	if queue != "" {
+		if _, err := s.Delegate(ctx, id, "test:controller", "", models.DelegateInput{Queue: queue, Step: "triage", ExpectedVersion: &v}); err != nil {
+			t.Fatalf("delegate: %v", err)
+		}
+		v = 2
+	}
+	if _, err := s.Transition(ctx, id, models.EventSessionEscalated, "test:controller", "", models.TransitionInput{ExpectedVersion: &v, Reason: "needs a human"}); err != nil {
+		t.Fatalf("escalate: %v", err)
+	}
+	return id
+}
+
+// claim puts a session in human hands through the write path.
+func claim(ctx context.Context, t testing.TB, s *models.Store, id, assignee string) {
+	t.Helper()
+	row, err := s.GetSession(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := row.StateVersion
+	_, err = s.Execute(ctx, models.Command{SessionID: id, Type: models.EventHumanClaimed, Actor: assignee,
+		ExpectedVersion: &v, Payload: models.HumanPayload{User: assignee}})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+}
+
+func ids(rows []models.InboxRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return out
+}
+
+func TestInboxOrderFiltersCounts(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		tick(s)
+		// Escalated in this order; the inbox wants priority first, then the
+		// longest waiting.
+		p3old := escalated(ctx, t, s, 3, "T-1", "refunds")
+		p1old := escalated(ctx, t, s, 1, "T-2", "billing")
+		p3new := escalated(ctx, t, s, 3, "T-3", "refunds")
+		p1newer := escalated(ctx, t, s, 1, "T-4", "refunds")
+		mine := escalated(ctx, t, s, 2, "T-5", "billing")
+		theirs := escalated(ctx, t, s, 5, "T-6", "refunds")
+		storetest.Session(ctx, t, s, &storetest.SessionOpts{Priority: 1}) // open: not in the inbox
+		claim(ctx, t, s, mine, "user:usr_me")
+		claim(ctx, t, s, theirs, "user:usr_other")
+
+		page, err := s.Inbox(ctx, models.InboxOpts{Me: "user:usr_me"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{p1old, p1newer, mine, p3old, p3new, theirs}
+		if got := ids(page.Rows); !slices.Equal(got, want) {
+			t.Fatalf("order = %v, want %v", got, want)
+		}
+		if page.Next != "" {
+			t.Fatalf("next = %q on the only page", page.Next)
+		}
+		c := page.Counts
+		if c.All != 6 || c.Total != 6 || c.Status[models.StatusEscalated] != 4 || c.Status[models.StatusHumanActive] != 2 ||
+			c.Queue["refunds"] != 4 || c.Queue["billing"] != 2 || c.Priority[1] != 2 || c.Priority[3] != 2 ||
+			c.Assignment[models.AssignedToMe] != 1 || c.Assignment[models.Unassigned] != 4 {
+			t.Fatalf("counts = %+v", c)
+		}
+
+		cases := []struct {
+			name string
+			f    models.InboxFilter
+			want []string
+		}{
+			{"queue", models.InboxFilter{Queue: "billing"}, []string{p1old, mine}},
+			{"status", models.InboxFilter{Status: models.StatusHumanActive}, []string{mine, theirs}},
+			{"priority", models.InboxFilter{Priority: 3}, []string{p3old, p3new}},
+			{"mine", models.InboxFilter{Assignment: models.AssignedToMe}, []string{mine}},
+			{"unassigned", models.InboxFilter{Assignment: models.Unassigned}, []string{p1old, p1newer, p3old, p3new}},
+			{"search ticket", models.InboxFilter{Search: " T-3 "}, []string{p3new}},
+			{"search id", models.InboxFilter{Search: theirs}, []string{theirs}},
+			{"combined", models.InboxFilter{Queue: "refunds", Assignment: models.Unassigned}, []string{p1newer, p3old, p3new}},
+		}
+		for _, tc := range cases {
+			page, err := s.Inbox(ctx, models.InboxOpts{InboxFilter: tc.f, Me: "user:usr_me"})
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if got := ids(page.Rows); !slices.Equal(got, tc.want) {
+				t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+			}
+		}
+
+		// Faceted counts: with queue=refunds, each status count is within refunds.
+		page, err = s.Inbox(ctx, models.InboxOpts{InboxFilter: models.InboxFilter{Queue: "refunds"}, Me: "user:usr_me"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c = page.Counts
+		if c.Total != 4 || c.Status[models.StatusEscalated] != 3 || c.Status[models.StatusHumanActive] != 1 ||
+			c.Queue["billing"] != 2 || c.AnyQueue != 6 || c.Assignment[models.AssignedToMe] != 0 {
+			t.Fatalf("faceted counts = %+v", c)
+		}
+
+		// Keyset pages of two walk the same order without gaps or repeats.
+		var walked []string
+		after := ""
+		for range 10 {
+			page, err := s.Inbox(ctx, models.InboxOpts{After: after, Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			walked = append(walked, ids(page.Rows)...)
+			if after = page.Next; after == "" {
+				break
+			}
+		}
+		if !slices.Equal(walked, want) {
+			t.Fatalf("paged = %v, want %v", walked, want)
+		}
+
+		for _, bad := range []models.InboxOpts{
+			{After: "not-a-cursor"},
+			{InboxFilter: models.InboxFilter{Status: models.StatusOpen}},
+			{InboxFilter: models.InboxFilter{Priority: 9}},
+			{InboxFilter: models.InboxFilter{Assignment: "someone"}},
+		} {
+			if _, err := s.Inbox(ctx, bad); models.ErrorCode(err) != models.EINVALID {
+				t.Errorf("Inbox(%+v) = %v, want invalid", bad, err)
+			}
+		}
+	})
+}
+
+// TestInboxOrdersBySLADue: an old P3 escalation due sooner than a fresh P1
+// comes first; the SLA clock of each row is reported.
+func TestInboxOrdersBySLADue(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+		s.Now = func() time.Time { return now }
+		old := escalated(ctx, t, s, 3, "T-old", "")
+		now = now.Add(3*time.Hour + 50*time.Minute)     // P3 is due in 10 minutes
+		fresh := escalated(ctx, t, s, 1, "T-fresh", "") // P1: due in 15
+		page, err := s.Inbox(ctx, models.InboxOpts{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(page.Rows); !slices.Equal(got, []string{old, fresh}) {
+			t.Fatalf("order = %v, want the P3 due first", got)
+		}
+		r := page.Rows[0]
+		if !r.SLA.DueAt.Equal(now.Add(10*time.Minute)) || r.SLA.State != models.SLANearBreach {
+			t.Errorf("P3 clock = %+v", r.SLA)
+		}
+		// The second page starts right after the first row, across priorities.
+		page, err = s.Inbox(ctx, models.InboxOpts{Limit: 1})
+		if err != nil || page.Next == "" {
+			t.Fatalf("page 1: %v %q", err, page.Next)
+		}
+		page, err = s.Inbox(ctx, models.InboxOpts{Limit: 1, After: page.Next})
+		if err != nil || !slices.Equal(ids(page.Rows), []string{fresh}) || page.Next != "" {
+			t.Fatalf("page 2 = %v %q %v", ids(page.Rows), page.Next, err)
+		}
+	})
+}
+
+func TestDisplayNamesAndChildren(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		u, err := s.CreateUser(ctx, models.CreateUserInput{Email: "ana@example.com", Name: "Ana Agent", Role: models.RoleAgent, Password: "long-enough-pw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := s.DisplayNames(ctx, u.Actor(), "token:ctl", "", "user:usr_gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names[u.Actor()] != "Ana Agent" || names["token:ctl"] != "token:ctl" || names["user:usr_gone"] != "user:usr_gone" {
+			t.Fatalf("names = %v", names)
+		}
+		if models.AssigneeOf(u) != u.Actor() {
+			t.Fatalf("assignee of %v = %q", u, models.AssigneeOf(u))
+		}
+		id := storetest.Session(ctx, t, s, nil)
+		kids, err := s.Children(ctx, id)
+		if err != nil || len(kids) != 0 {
+			t.Fatalf("children = %v, %v", kids, err)
+		}
+	})
+}
+
+func TestTimelineAndDiff(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		id := storetest.Session(ctx, t, s, &storetest.SessionOpts{Facts: map[string]any{"order": "1182", "total": "240 EUR"}})
+		v := int64(1)
+		if _, err := s.Delegate(ctx, id, "test:controller", "", models.DelegateInput{Queue: "refunds", Step: "check", ExpectedVersion: &v,
+			Facts: map[string]any{"total": "250 EUR", "currency": "EUR"}}); err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.Timeline(ctx, id)
+		if err != nil || len(all) != 2 || all[0].Seq != 1 || all[1].Seq != 2 {
+			t.Fatalf("timeline = %v, %v", all, err)
+		}
+		only, err := s.Timeline(ctx, id, models.EventDelegationCreated)
+		if err != nil || len(only) != 1 || only[0].Type != models.EventDelegationCreated {
+			t.Fatalf("filtered timeline = %v, %v", only, err)
+		}
+		a, err := s.StateAt(ctx, id, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.StateAt(ctx, id, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		diff, err := models.DiffStates(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]models.FieldChange{}
+		for _, c := range diff {
+			got[c.Path] = c
+		}
+		if c := got["facts.total"]; c.Kind != models.ChangeChanged || c.From != `"240 EUR"` || c.To != `"250 EUR"` {
+			t.Errorf("facts.total = %+v", c)
+		}
+		if c := got["facts.currency"]; c.Kind != models.ChangeAdded || c.To != `"EUR"` {
+			t.Errorf("facts.currency = %+v", c)
+		}
+		if c := got["status"]; c.Kind != models.ChangeChanged || c.From != `"open"` || c.To != `"queued"` {
+			t.Errorf("status = %+v", c)
+		}
+		if c := got["delegation.queue"]; c.Kind != models.ChangeAdded {
+			t.Errorf("delegation.queue = %+v", c)
+		}
+		if _, ok := got["facts.order"]; ok {
+			t.Errorf("unchanged field in diff: %v", diff)
+		}
+		back, err := models.DiffStates(b, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range back {
+			if c.Path == "facts.currency" && c.Kind != models.ChangeRemoved {
+				t.Errorf("reverse facts.currency = %+v", c)
+			}
+		}
+		if same, _ := models.DiffStates(b, b); len(same) != 0 {
+			t.Errorf("diff of a state with itself = %v", same)
+		}
+	})
+}
+
+// captureSQL records the SQL of every query the store runs, with its
+// arguments interpolated, so that a test can EXPLAIN exactly what the code ran.
+func captureSQL(t *testing.T, s *models.Store) *[]string {
+	t.Helper()
+	var got []string
+	name := "test:capture_" + strings.ReplaceAll(t.Name(), "/", "_")
+	capture := func(db *gorm.DB) {
+		got = append(got, db.Dialector.Explain(db.Statement.SQL.String(), db.Statement.Vars...))
+	}
+	// Find runs the query callbacks; Raw(…).Scan runs the row callbacks.
+	if err := s.DB.Callback().Query().After("gorm:query").Register(name, capture); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB.Callback().Row().After("gorm:row").Register(name, capture); err != nil {
+		t.Fatal(err)
+	}
+	return &got
+}
+
+// TestInboxScalesOnPostgres inserts 100,000 sessions with raw multi-row SQL
+// (the write path would take minutes and is tested elsewhere) and checks that
+// every inbox page query is an index scan, never a sequential scan of
+// sessions, and that keyset pages return exactly the expected rows. It
+// asserts on plans and results, not on time.
+func TestInboxScalesOnPostgres(t *testing.T) {
+	t.Parallel()
+	s := storetest.New(t, models.Postgres)
+	ctx := context.Background()
+	const n = 100_000
+	// Every other session is in the inbox; every fifth of those is claimed.
+	// Priorities, queues and escalation times are spread deterministically so
+	// that the expected order can be computed here.
+	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, state, last_hash, escalated_at, created_at, updated_at)
+SELECT 'ses_' || lpad(i::text, 6, '0'),
+       'T-' || i,
+       'Goal ' || i,
+       CASE WHEN i % 2 = 1 THEN 'completed' WHEN i % 10 = 0 THEN 'human_active' ELSE 'escalated' END,
+       1 + (i / 2) % 5,
+       3,
+       CASE WHEN i % 3 = 0 THEN 'billing' ELSE 'refunds' END,
+       CASE WHEN i % 10 = 0 THEN 'user:usr_' || (i % 7) ELSE '' END,
+       '{}', '',
+       CASE WHEN i % 2 = 1 THEN NULL ELSE timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => (i * 7919) % 86400) END,
+       timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00'
+FROM generate_series(1, ?) AS i`, n).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB.Exec(`ANALYZE sessions`).Error; err != nil {
+		t.Fatal(err)
+	}
+
+	// The inbox order: SLA due (escalated_at + the priority's SLA), then
+	// priority, escalated_at and id.
+	policy := models.DefaultSLAPolicy()
+	type key struct {
+		due  time.Duration
+		prio int
+		esc  int
+		id   string
+		i    int
+	}
+	var all []key
+	for i := 1; i <= n; i++ {
+		if i%2 == 1 {
+			continue
+		}
+		prio, esc := 1+(i/2)%5, (i*7919)%86400
+		all = append(all, key{due: time.Duration(esc)*time.Second + policy.For(prio), prio: prio, esc: esc, id: fmt.Sprintf("ses_%06d", i), i: i})
+	}
+	slices.SortFunc(all, func(a, b key) int {
+		switch {
+		case a.due != b.due:
+			return int(a.due - b.due)
+		case a.prio != b.prio:
+			return a.prio - b.prio
+		case a.esc != b.esc:
+			return a.esc - b.esc
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	expect := func(keep func(k key) bool, from, limit int) []string {
+		var out []string
+		for _, k := range all {
+			if keep(k) {
+				out = append(out, k.id)
+			}
+		}
+		return out[from:min(from+limit, len(out))]
+	}
+
+	captured := captureSQL(t, s)
+	cases := []struct {
+		name string
+		f    models.InboxFilter
+		keep func(k key) bool
+	}{
+		{"all", models.InboxFilter{}, func(key) bool { return true }},
+		{"queue", models.InboxFilter{Queue: "billing"}, func(k key) bool { return k.i%3 == 0 }},
+		{"mine", models.InboxFilter{Assignment: models.AssignedToMe}, func(k key) bool { return k.i%10 == 0 && k.i%7 == 3 }},
+		{"claimed", models.InboxFilter{Status: models.StatusHumanActive}, func(k key) bool { return k.i%10 == 0 }},
+		{"priority", models.InboxFilter{Priority: 4, Assignment: models.Unassigned}, func(k key) bool { return k.prio == 4 && k.i%10 != 0 }},
+	}
+	for _, tc := range cases {
+		after := ""
+		for p := range 3 {
+			*captured = (*captured)[:0]
+			page, err := s.Inbox(ctx, models.InboxOpts{InboxFilter: tc.f, Me: "user:usr_3", After: after, Limit: 50})
+			if err != nil {
+				t.Fatalf("%s page %d: %v", tc.name, p, err)
+			}
+			if want := expect(tc.keep, p*50, 50); !slices.Equal(ids(page.Rows), want) {
+				t.Fatalf("%s page %d = %v\nwant %v", tc.name, p, ids(page.Rows), want)
+			}
+			if page.Counts.All != n/2 {
+				t.Fatalf("%s: inbox count = %d", tc.name, page.Counts.All)
+			}
+			pageSQL := ""
+			for _, q := range *captured {
+				if strings.Contains(q, "ORDER BY") {
+					pageSQL = q
+				}
+			}
+			if pageSQL == "" {
+				t.Fatalf("%s: page query not captured in %v", tc.name, *captured)
+			}
+			var plan []string
+			if err := s.DB.Raw("EXPLAIN " + pageSQL).Scan(&plan).Error; err != nil {
+				t.Fatalf("explain: %v", err)
+			}
+			text := strings.Join(plan, "\n")
+			if strings.Contains(text, "Seq Scan on sessions") || !strings.Contains(text, "sessions_inbox") {
+				t.Fatalf("%s page %d does not use an inbox index:\n%s\n%s", tc.name, p, pageSQL, text)
+			}
+			// Each priority's branch reads its index in order and stops at
+			// the page size: no sort, no scan past the page.
+			if strings.Contains(text, "Sort") || !strings.Contains(text, "Limit") {
+				t.Fatalf("%s page %d does not read the index in order:\n%s", tc.name, p, text)
+			}
+			if after = page.Next; after == "" {
+				t.Fatalf("%s: no next page after page %d", tc.name, p)
+			}
+		}
+	}
+}

@@ -1,0 +1,474 @@
+package models
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+)
+
+// Human takeover: a support agent claims an escalated session and acts on it
+// under the same session id. Every action is a Command through Execute, so it
+// is version-checked, idempotent, hash-chained and atomic like any other
+// write. The actor is always the user (User.Actor), never a token.
+//
+//	escalated ──claim──▶ human_active ──release / force release──▶ escalated
+//	                         │ note (also allowed while escalated)
+//	                         ├─ request input ─▶ awaiting_input
+//	                         ├─ resume automation / hand back ─▶ queued
+//	                         └─ complete / reject ─▶ completed / rejected
+//
+// While a session is human_active only its assignee, or an admin, may act on
+// it; everybody else gets ErrForbidden.
+
+// MaxNoteLen bounds a human's free text (notes, resolutions, reasons).
+const MaxNoteLen = 4000
+
+// CanTakeOver reports whether u may act on escalations at all: agents and
+// admins may, reviewers only score packages, disabled users do nothing.
+func (u User) CanTakeOver() bool {
+	return !u.Disabled && (u.Role == RoleAgent || u.Role == RoleAdmin)
+}
+
+// ClaimedError is a claim on a session that another user already holds. It
+// wraps the conflict or illegal-transition error that stopped the claim, so
+// ErrorCode and CurrentVersion still see it, and names the holder so the
+// console can say who to talk to.
+type ClaimedError struct {
+	SessionID      string
+	Holder         string
+	CurrentVersion int64
+	Err            error
+}
+
+func (e *ClaimedError) Error() string {
+	return fmt.Sprintf("session %s is already claimed by %s (version %d)", e.SessionID, e.Holder, e.CurrentVersion)
+}
+
+// Unwrap returns the underlying conflict or illegal-transition error.
+func (e *ClaimedError) Unwrap() error { return e.Err }
+
+// ClaimInput claims an escalation.
+type ClaimInput struct {
+	ExpectedVersion *int64 `json:"expected_version"`
+}
+
+// Validate lists every problem with the input.
+func (in ClaimInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	return v.Err()
+}
+
+// ReleaseInput gives a claimed session back to the escalation queue.
+type ReleaseInput struct {
+	ExpectedVersion *int64 `json:"expected_version"`
+	Reason          string `json:"reason"`
+}
+
+// Validate lists every problem with the input.
+func (in ReleaseInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	validateText(v, "reason", in.Reason, false)
+	return v.Err()
+}
+
+// NoteInput adds a note, optionally backed by evidence.
+type NoteInput struct {
+	ExpectedVersion *int64 `json:"expected_version"`
+	Text            string `json:"text"`
+	EvidenceClaim   string `json:"evidence_claim"`
+	EvidenceSource  string `json:"evidence_source"`
+}
+
+// Validate lists every problem with the input.
+func (in NoteInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	validateText(v, "text", in.Text, true)
+	if strings.TrimSpace(in.EvidenceClaim) == "" && strings.TrimSpace(in.EvidenceSource) != "" {
+		v.Add("evidence_claim", "is required when a source is given")
+	}
+	if len(in.EvidenceClaim) > MaxItemLen {
+		v.Add("evidence_claim", "must be at most %d bytes", MaxItemLen)
+	}
+	if len(in.EvidenceSource) > MaxItemLen {
+		v.Add("evidence_source", "must be at most %d bytes", MaxItemLen)
+	}
+	return v.Err()
+}
+
+// RequestInputInput asks the requester (or a controller) a question; the
+// session waits in awaiting_input until ProvideInput answers it.
+type RequestInputInput struct {
+	ExpectedVersion *int64 `json:"expected_version"`
+	Question        string `json:"question"`
+}
+
+// Validate lists every problem with the input.
+func (in RequestInputInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	if strings.TrimSpace(in.Question) == "" {
+		v.Add("question", "is required")
+	} else if len(in.Question) > MaxItemLen {
+		v.Add("question", "must be at most %d bytes", MaxItemLen)
+	}
+	return v.Err()
+}
+
+// ResumeInput gives a claimed session back to automation with edited
+// instructions and/or facts. The form is prefilled from the escalation
+// package, so queue and step are required here rather than guessed.
+type ResumeInput struct {
+	ExpectedVersion *int64         `json:"expected_version"`
+	Queue           string         `json:"queue"`
+	Step            string         `json:"step"`
+	Instructions    string         `json:"instructions"`
+	Facts           map[string]any `json:"facts"`
+	MaxAttempts     *int           `json:"max_attempts"`
+	LeaseSeconds    *int           `json:"lease_seconds"`
+	Note            string         `json:"note"`
+}
+
+// Validate lists every problem with the input.
+func (in ResumeInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	validateDelegation(v, in.Queue, in.Step, in.Instructions, in.MaxAttempts, in.LeaseSeconds)
+	validateFacts(v, "facts", in.Facts)
+	validateText(v, "note", in.Note, false)
+	return v.Err()
+}
+
+// HandBackInput re-queues the escalated step unchanged. Queue, when set,
+// overrides the queue of the escalated delegation (a different team's
+// workers); it is required when the escalation had no delegation.
+type HandBackInput struct {
+	ExpectedVersion *int64 `json:"expected_version"`
+	Queue           string `json:"queue"`
+	Note            string `json:"note"`
+}
+
+// Validate lists every problem with the input.
+func (in HandBackInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	if in.Queue != "" && !namePattern.MatchString(in.Queue) {
+		v.Add("queue", "must be 1-64 letters, digits, '.', '_' or '-'")
+	}
+	validateText(v, "note", in.Note, false)
+	return v.Err()
+}
+
+// CompleteInput finishes a session by hand.
+type CompleteInput struct {
+	ExpectedVersion *int64 `json:"expected_version"`
+	Resolution      string `json:"resolution"`
+}
+
+// Validate lists every problem with the input.
+func (in CompleteInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	validateText(v, "resolution", in.Resolution, true)
+	return v.Err()
+}
+
+// RejectInput rejects a session by hand.
+type RejectInput struct {
+	ExpectedVersion *int64 `json:"expected_version"`
+	Reason          string `json:"reason"`
+}
+
+// Validate lists every problem with the input.
+func (in RejectInput) Validate() error {
+	v := &ValidationError{}
+	validateExpected(v, in.ExpectedVersion)
+	validateText(v, "reason", in.Reason, true)
+	return v.Err()
+}
+
+func validateExpected(v *ValidationError, ev *int64) {
+	if ev == nil {
+		v.Add("expected_version", "is required")
+	} else if *ev < 1 {
+		v.Add("expected_version", "must be at least 1")
+	}
+}
+
+func validateText(v *ValidationError, field, s string, required bool) {
+	switch {
+	case required && strings.TrimSpace(s) == "":
+		v.Add(field, "is required")
+	case utf8.RuneCountInString(s) > MaxNoteLen:
+		v.Add(field, "must be at most %d characters", MaxNoteLen)
+	}
+}
+
+// takeover is what every takeover action shares: who may act, the command
+// skeleton and the holder check under the session lock.
+type takeover struct {
+	sessionID string
+	user      User
+	action    string
+	in        interface{ Validate() error }
+	// claim skips the holder check: a claim on a held session is answered
+	// with *ClaimedError, not ErrForbidden.
+	claim bool
+}
+
+// takeoverCommand checks the role and the input, and returns a Command whose
+// Prepare enforces, under the session lock, that only the assignee (or an
+// admin) acts on a human_active session. prepare, if set, runs after that
+// check and may compute the payload from the current state.
+func (s *Store) takeoverCommand(t takeover, typ EventType, idemKey string, expected *int64, payload any,
+	prepare func(tx *gorm.DB, cur State) (any, error)) (Command, error) {
+	if !t.user.CanTakeOver() {
+		return Command{}, fmt.Errorf("%s on session %s by %s (%s): %w", t.action, t.sessionID, t.user.Email, t.user.Role, ErrForbidden)
+	}
+	if err := t.in.Validate(); err != nil {
+		return Command{}, err
+	}
+	// The fingerprint is taken from the request, not the payload, because
+	// payloads may hold fresh ids (a new delegation) that differ on a repeat.
+	fp, err := Fingerprint("takeover", t.action, t.sessionID, t.in)
+	if err != nil {
+		return Command{}, fmt.Errorf("%s on session %s: %w", t.action, t.sessionID, err)
+	}
+	actor := t.user.Actor()
+	return Command{
+		SessionID: t.sessionID, Type: typ, Actor: actor, ExpectedVersion: expected,
+		Payload: payload, IdempotencyKey: idemKey, Fingerprint: fp,
+		Prepare: func(tx *gorm.DB, cur State) (any, error) {
+			if !t.claim && cur.Status == StatusHumanActive && cur.Assignee != actor && t.user.Role != RoleAdmin {
+				return nil, fmt.Errorf("%s on session %s: it is held by %s, not %s: %w", t.action, t.sessionID, cur.Assignee, actor, ErrForbidden)
+			}
+			if prepare != nil {
+				return prepare(tx, cur)
+			}
+			return nil, nil
+		},
+	}, nil
+}
+
+// ClaimEscalation makes u the one human holding an escalated session
+// (escalated → human_active). A claim on a session someone else already
+// holds fails with *ClaimedError naming the holder.
+func (s *Store) ClaimEscalation(ctx context.Context, sessionID string, u User, idemKey string, in ClaimInput) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: "claim", in: in, claim: true}
+	cmd, err := s.takeoverCommand(t, EventHumanClaimed, idemKey, in.ExpectedVersion, HumanPayload{User: u.Actor()}, nil)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out, err := s.Execute(ctx, cmd)
+	if err != nil {
+		return out, s.explainClaimed(ctx, sessionID, u.Actor(), err)
+	}
+	return out, nil
+}
+
+// explainClaimed turns a stale or illegal claim into a *ClaimedError when the
+// reason is that somebody else holds the session. The holder is read after
+// the failed transaction; it only feeds the message.
+func (s *Store) explainClaimed(ctx context.Context, sessionID, actor string, err error) error {
+	if c := ErrorCode(err); c != ECONFLICT && c != EILLEGAL {
+		return err
+	}
+	row, gerr := s.GetSession(ctx, sessionID)
+	if gerr != nil || row.Status != StatusHumanActive || row.Assignee == "" || row.Assignee == actor {
+		return err
+	}
+	return &ClaimedError{SessionID: sessionID, Holder: row.Assignee, CurrentVersion: row.StateVersion, Err: err}
+}
+
+// Release gives a session u holds back to the escalation queue
+// (human_active → escalated). An admin may release anyone's claim; that is
+// recorded as forced.
+func (s *Store) Release(ctx context.Context, sessionID string, u User, idemKey string, in ReleaseInput) (Outcome, error) {
+	return s.release(ctx, sessionID, u, idemKey, in, "release")
+}
+
+// ForceRelease is an admin taking a claim away from whoever holds it, e.g.
+// an agent who went home. Only admins may; others get ErrForbidden.
+func (s *Store) ForceRelease(ctx context.Context, sessionID string, admin User, idemKey string, in ReleaseInput) (Outcome, error) {
+	if admin.Role != RoleAdmin || admin.Disabled {
+		return Outcome{}, fmt.Errorf("force release of session %s by %s (%s): %w", sessionID, admin.Email, admin.Role, ErrForbidden)
+	}
+	return s.release(ctx, sessionID, admin, idemKey, in, "force-release")
+}
+
+func (s *Store) release(ctx context.Context, sessionID string, u User, idemKey string, in ReleaseInput, action string) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: action, in: in}
+	actor := u.Actor()
+	cmd, err := s.takeoverCommand(t, EventHumanReleased, idemKey, in.ExpectedVersion, nil,
+		func(tx *gorm.DB, cur State) (any, error) {
+			return HumanPayload{User: actor, Forced: cur.Assignee != actor, Reason: strings.TrimSpace(in.Reason)}, nil
+		})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return s.Execute(ctx, cmd)
+}
+
+// AddNote records a note (and optional evidence) on an escalated or claimed
+// session. It changes no status; the evidence joins the session's evidence.
+func (s *Store) AddNote(ctx context.Context, sessionID string, u User, idemKey string, in NoteInput) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: "note", in: in}
+	p := HumanPayload{User: u.Actor(), Text: strings.TrimSpace(in.Text)}
+	if c := strings.TrimSpace(in.EvidenceClaim); c != "" {
+		p.Evidence = &Evidence{Claim: c, Source: strings.TrimSpace(in.EvidenceSource)}
+	}
+	cmd, err := s.takeoverCommand(t, EventHumanNoted, idemKey, in.ExpectedVersion, p, nil)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return s.Execute(ctx, cmd)
+}
+
+// RequestInput asks a question and parks the session in awaiting_input
+// (human_active → awaiting_input); the claim ends with it.
+func (s *Store) RequestInput(ctx context.Context, sessionID string, u User, idemKey string, in RequestInputInput) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: "request-input", in: in}
+	p := HumanPayload{User: u.Actor(), Question: strings.TrimSpace(in.Question)}
+	cmd, err := s.takeoverCommand(t, EventHumanRequestedInput, idemKey, in.ExpectedVersion, p, nil)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return s.Execute(ctx, cmd)
+}
+
+// ResumeAutomation re-delegates a claimed session to a queue with the
+// human's edited instructions and facts (human_active → queued). The
+// delegation row is written in the same transaction, exactly as Delegate
+// writes it.
+func (s *Store) ResumeAutomation(ctx context.Context, sessionID string, u User, idemKey string, in ResumeInput) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: "resume", in: in}
+	p := HumanDelegationPayload{User: u.Actor(), DelegationPayload: DelegationPayload{
+		DelegationID: NewID("dlg"), Queue: in.Queue, Step: strings.TrimSpace(in.Step), Instructions: in.Instructions,
+		MaxAttempts: intOr(in.MaxAttempts, DefaultMaxAttempts), LeaseSeconds: intOr(in.LeaseSeconds, DefaultLeaseSeconds),
+		Facts: in.Facts, Note: strings.TrimSpace(in.Note),
+	}}
+	cmd, err := s.takeoverCommand(t, EventHumanResumed, idemKey, in.ExpectedVersion, p, nil)
+	if err != nil {
+		return Outcome{}, err
+	}
+	cmd.Effect = s.insertDelegation(p.DelegationPayload, time.Time{})
+	return s.Execute(ctx, cmd)
+}
+
+// HandBack re-queues the step that escalated, unchanged, on the queue it came
+// from or on in.Queue (human_active → queued). Step, instructions, attempts
+// and lease length come from the escalated delegation, read under the
+// session lock.
+func (s *Store) HandBack(ctx context.Context, sessionID string, u User, idemKey string, in HandBackInput) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: "hand-back", in: in}
+	actor := u.Actor()
+	var p HumanDelegationPayload
+	cmd, err := s.takeoverCommand(t, EventHumanHandedBack, idemKey, in.ExpectedVersion, nil,
+		func(tx *gorm.DB, cur State) (any, error) {
+			if cur.Status != StatusHumanActive {
+				// Let Execute report the illegal transition with the current status.
+				return HumanDelegationPayload{User: actor}, nil
+			}
+			d, err := handBackDelegation(tx, cur, in, actor)
+			if err != nil {
+				return nil, err
+			}
+			p = d
+			return p, nil
+		})
+	if err != nil {
+		return Outcome{}, err
+	}
+	cmd.Effect = func(tx *gorm.DB, next State, ev Event) (any, error) {
+		return s.insertDelegation(p.DelegationPayload, time.Time{})(tx, next, ev)
+	}
+	return s.Execute(ctx, cmd)
+}
+
+// handBackDelegation builds the hand-back delegation from the escalation.
+func handBackDelegation(tx *gorm.DB, cur State, in HandBackInput, actor string) (HumanDelegationPayload, error) {
+	step := cur.CurrentStep
+	var prev *Delegation
+	if e := cur.Escalation; e != nil {
+		if e.Step != "" {
+			step = e.Step
+		}
+		if e.DelegationID != "" {
+			var rows []Delegation
+			if err := tx.Where("id = ?", e.DelegationID).Limit(1).Find(&rows).Error; err != nil {
+				return HumanDelegationPayload{}, fmt.Errorf("hand back session %s: read delegation %s: %w", cur.SessionID, e.DelegationID, err)
+			}
+			if len(rows) == 1 {
+				prev = &rows[0]
+			}
+		}
+	}
+	p := HumanDelegationPayload{User: actor, DelegationPayload: DelegationPayload{
+		DelegationID: NewID("dlg"), Queue: in.Queue, Step: step,
+		MaxAttempts: DefaultMaxAttempts, LeaseSeconds: DefaultLeaseSeconds, Note: strings.TrimSpace(in.Note),
+	}}
+	if prev != nil {
+		if p.Queue == "" {
+			p.Queue = prev.Queue
+		}
+		if p.Step == "" {
+			p.Step = prev.Step
+		}
+		p.Instructions = prev.Instructions
+		p.MaxAttempts = prev.MaxAttempts
+		p.LeaseSeconds = prev.LeaseSeconds
+	}
+	v := &ValidationError{}
+	if p.Queue == "" {
+		v.Add("queue", "is required: the escalation has no delegation to take the queue from")
+	}
+	if p.Step == "" {
+		v.Add("step", "the session has no step to hand back; resume automation with a step instead")
+	}
+	return p, v.Err()
+}
+
+// CompleteHuman finishes a claimed session with the human's resolution
+// (human_active → completed).
+func (s *Store) CompleteHuman(ctx context.Context, sessionID string, u User, idemKey string, in CompleteInput) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: "complete", in: in}
+	p := HumanPayload{User: u.Actor(), Resolution: strings.TrimSpace(in.Resolution)}
+	cmd, err := s.takeoverCommand(t, EventHumanCompleted, idemKey, in.ExpectedVersion, p, nil)
+	if err != nil {
+		return Outcome{}, err
+	}
+	// A claimed session has no open delegation; ending any is a safety net
+	// that keeps the queue from working a finished session.
+	cmd.Effect = s.endDelegation(DelegationCancelled)
+	return s.Execute(ctx, cmd)
+}
+
+// RejectHuman rejects a claimed session with the human's reason
+// (human_active → rejected).
+func (s *Store) RejectHuman(ctx context.Context, sessionID string, u User, idemKey string, in RejectInput) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: "reject", in: in}
+	p := HumanPayload{User: u.Actor(), Reason: strings.TrimSpace(in.Reason)}
+	cmd, err := s.takeoverCommand(t, EventHumanRejected, idemKey, in.ExpectedVersion, p, nil)
+	if err != nil {
+		return Outcome{}, err
+	}
+	cmd.Effect = s.endDelegation(DelegationCancelled)
+	return s.Execute(ctx, cmd)
+}
+
+// IsClaimed reports whether err is a claim refused because another user
+// holds the session, and who that is.
+func IsClaimed(err error) (holder string, ok bool) {
+	var ce *ClaimedError
+	if errors.As(err, &ce) {
+		return ce.Holder, true
+	}
+	return "", false
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# check.sh runs the static checks that CI runs before the tests:
+#   1. templ: regenerate the *_templ.go files and fail if any changed, appeared
+#      or lost its .templ source (generated files are committed);
+#   2. gofmt -l on every Go file that git tracks or would track;
+#   3. go vet ./...
+# Under CI=true it also fails on any *_templ.go that `git status` shows as
+# changed or untracked, since the clone must contain the generated code.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+fail=0
+step() { printf -- '--- %s\n' "$*"; }
+
+step "templ generate (freshness)"
+snapshot() {
+	find . -name '*_templ.go' -not -path './.pgtest/*' -not -path './node_modules/*' -type f -print0 |
+		sort -z | xargs -0 -r sha256sum
+}
+before=$(snapshot)
+if ! out=$(go tool templ generate 2>&1); then
+	echo "$out"
+	echo "templ generate failed"
+	exit 1
+fi
+after=$(snapshot)
+if [ "$before" != "$after" ]; then
+	echo "generated templ code is stale; run 'make generate' and commit the result:"
+	{ diff <(echo "$before") <(echo "$after") || true; } | sed -n 's/^[<>] [0-9a-f]*  /  /p' | sort -u
+	fail=1
+fi
+while IFS= read -r -d '' gen; do
+	if [ ! -f "${gen%_templ.go}.templ" ]; then
+		echo "orphaned generated file (its .templ is gone): $gen"
+		fail=1
+	fi
+done < <(find . -name '*_templ.go' -not -path './.pgtest/*' -not -path './node_modules/*' -type f -print0)
+if [ "${CI:-}" = true ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	dirty=$(git status --porcelain -- '*_templ.go')
+	if [ -n "$dirty" ]; then
+		echo "generated templ code differs from the commit (regenerate and commit it):"
+		echo "$dirty"
+		fail=1
+	fi
+fi
+echo "templ files: $(find . -name '*.templ' -not -path './node_modules/*' | wc -l)"
+
+step "gofmt -l"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	mapfile -d '' gofiles < <(git ls-files -z -co --exclude-standard -- '*.go')
+else
+	mapfile -d '' gofiles < <(find . -name '*.go' -not -path './.pgtest/*' -print0)
+fi
+unformatted=$(gofmt -l "${gofiles[@]}")
+if [ -n "$unformatted" ]; then
+	echo "not gofmt'ed (run gofmt -w):"
+	echo "$unformatted"
+	fail=1
+fi
+
+step "go vet ./..."
+go vet ./... || fail=1
+
+if [ "$fail" != 0 ]; then
+	echo "check: FAILED"
+	exit 1
+fi
+echo "check: ok"

@@ -1,0 +1,79 @@
+// TaskPilots Handoff console behaviour. The Content-Security-Policy forbids
+// inline scripts, so everything the pages need lives here.
+(function () {
+  "use strict";
+
+  // htmx configuration. It is read when htmx initialises on DOMContentLoaded,
+  // which runs after this deferred script.
+  if (window.htmx) {
+    var cfg = window.htmx.config;
+    // Indicator styles are in app.css; htmx's injected <style> would be
+    // blocked by the CSP.
+    cfg.includeIndicatorStyles = false;
+    // No eval-based features (hx-on, js: values): the CSP blocks them anyway.
+    cfg.allowEval = false;
+    cfg.allowScriptTags = false;
+    cfg.selfRequestsOnly = true;
+    // Forms answer 422 (invalid input) and 409 (stale version) with the
+    // re-rendered form carrying inline errors, so those responses are swapped.
+    cfg.responseHandling = [
+      { code: "204", swap: false },
+      { code: "[23]..", swap: true },
+      { code: "422", swap: true, error: false },
+      { code: "409", swap: true, error: false },
+      { code: "[45]..", swap: false, error: true },
+      { code: "...", swap: false }
+    ];
+  }
+
+  function csrfToken() {
+    var m = document.querySelector('meta[name="csrf-token"]');
+    return m ? m.getAttribute("content") : "";
+  }
+
+  // Every htmx request carries the CSRF token as a header.
+  document.addEventListener("htmx:configRequest", function (evt) {
+    var token = csrfToken();
+    if (token) {
+      evt.detail.headers["X-CSRF-Token"] = token;
+    }
+  });
+
+  // Failed htmx requests get a calm banner instead of silently doing nothing.
+  document.addEventListener("htmx:responseError", function (evt) {
+    showBanner("The request failed (" + evt.detail.xhr.status + "). Reload the page and try again.");
+  });
+  document.addEventListener("htmx:sendError", function () {
+    showBanner("The server could not be reached. Check your connection and try again.");
+  });
+
+  function showBanner(text) {
+    var region = document.getElementById("banners");
+    if (!region) {
+      return;
+    }
+    var div = document.createElement("div");
+    div.className = "banner banner-error";
+    div.setAttribute("role", "alert");
+    div.textContent = text;
+    region.replaceChildren(div);
+  }
+
+  // Forms and buttons with data-confirm ask before submitting.
+  document.addEventListener("submit", function (evt) {
+    var form = evt.target;
+    var submitter = evt.submitter;
+    var msg = (submitter && submitter.getAttribute("data-confirm")) || form.getAttribute("data-confirm");
+    if (msg && !window.confirm(msg)) {
+      evt.preventDefault();
+    }
+  }, true);
+
+  // Elements with data-autosubmit submit their form when changed (filters).
+  document.addEventListener("change", function (evt) {
+    var el = evt.target;
+    if (el && el.hasAttribute && el.hasAttribute("data-autosubmit") && el.form) {
+      el.form.requestSubmit();
+    }
+  });
+})();

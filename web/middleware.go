@@ -1,0 +1,230 @@
+package web
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/taskpilots/handoff/handlers"
+	"github.com/taskpilots/handoff/models"
+)
+
+// isMachinePath reports paths that browsers' login sessions and CSRF tokens
+// do not concern: the bearer-token API, assets, probes and metrics.
+func isMachinePath(c echo.Context) bool {
+	p := c.Request().URL.Path
+	return strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/static/") ||
+		p == "/healthz" || p == "/readyz" || p == "/metrics"
+}
+
+// skipFor runs mw except where skip says so.
+func skipFor(mw echo.MiddlewareFunc, skip func(echo.Context) bool) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		wrapped := mw(next)
+		return func(c echo.Context) error {
+			if skip(c) {
+				return next(c)
+			}
+			return wrapped(c)
+		}
+	}
+}
+
+// validRequestID is what we accept from a client's X-Request-ID; anything
+// else is replaced, so that ids stay safe to log and echo back.
+var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// requestID gives each request an id (the caller's X-Request-ID when it is
+// sane), echoes it in the response and keeps it for logs and error pages.
+func requestID() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			id := c.Request().Header.Get(echo.HeaderXRequestID)
+			if !validRequestID.MatchString(id) {
+				id = models.NewID("req")
+			}
+			c.Response().Header().Set(echo.HeaderXRequestID, id)
+			c.Set(handlers.RequestIDContextKey, id)
+			return next(c)
+		}
+	}
+}
+
+// contentSecurityPolicy allows only our own scripts, styles and images: no
+// inline scripts, so htmx configuration and page behaviour live in
+// static/app.js.
+const contentSecurityPolicy = "default-src 'self'; base-uri 'self'; form-action 'self'; " +
+	"frame-ancestors 'none'; object-src 'none'"
+
+// securityHeaders sets the headers that keep browsers strict with our pages.
+func securityHeaders(trustProxy bool) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			h := c.Response().Header()
+			h.Set("Content-Security-Policy", contentSecurityPolicy)
+			h.Set("X-Content-Type-Options", "nosniff")
+			h.Set("Referrer-Policy", "same-origin")
+			h.Set("X-Frame-Options", "DENY")
+			h.Set("Cross-Origin-Opener-Policy", "same-origin")
+			h.Set("Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=()")
+			// Only over HTTPS: HSTS on plain HTTP is ignored, and on a
+			// laptop's localhost it would be wrong.
+			if isHTTPS(c.Request(), trustProxy) {
+				h.Set("Strict-Transport-Security", "max-age=31536000")
+			}
+			return next(c)
+		}
+	}
+}
+
+// requestLogger logs one line per request. It hands errors to the error
+// handler itself, so that the logged status is the one the client got.
+func requestLogger(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			r := c.Request()
+			status := c.Response().Status
+			level := slog.LevelInfo
+			switch {
+			case status >= 500:
+				level = slog.LevelError
+			case isMachinePath(c) && !strings.HasPrefix(r.URL.Path, "/api/") && status < 400:
+				// Probes, scrapes and assets would drown the useful lines.
+				level = slog.LevelDebug
+			}
+			attrs := []slog.Attr{
+				slog.String("method", r.Method),
+				slog.String("path", r.URL.Path),
+				slog.String("route", c.Path()),
+				slog.Int("status", status),
+				slog.Duration("duration", time.Since(start)),
+				slog.String("ip", c.RealIP()),
+				slog.String("request_id", handlers.RequestID(c)),
+			}
+			if u := handlers.CurrentUser(c); u != nil {
+				attrs = append(attrs, slog.String("user_id", u.ID))
+			}
+			log.LogAttrs(r.Context(), level, "request", attrs...)
+			return nil
+		}
+	}
+}
+
+// recoverPanics turns a panic into a 500 instead of a dropped connection,
+// and logs the stack, which the error returned no longer carries.
+func recoverPanics(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) (err error) {
+			defer func() {
+				r := recover()
+				if r == nil {
+					return
+				}
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				stack := make([]byte, 8<<10)
+				stack = stack[:runtime.Stack(stack, false)]
+				log.Error("panic", "panic", fmt.Sprint(r), "path", c.Request().URL.Path,
+					"request_id", handlers.RequestID(c), "stack", string(stack))
+				err = fmt.Errorf("panic: %v", r)
+			}()
+			return next(c)
+		}
+	}
+}
+
+// bodyLimit refuses bodies over limit bytes with 413 (problem+json on the
+// API, by the error handler).
+func bodyLimit(limit int64) echo.MiddlewareFunc {
+	return middleware.BodyLimit(fmt.Sprintf("%dB", limit))
+}
+
+// csrf protects every state-changing browser request: the token lives in a
+// cookie and comes back in the form field _csrf or the X-CSRF-Token header
+// (htmx; static/app.js adds it). Browsers that send Sec-Fetch-Site are
+// checked by it instead. The bearer-token API is exempt: browsers do not
+// attach bearer tokens by themselves, so it cannot be forged cross-site.
+func csrf(trustProxy bool) echo.MiddlewareFunc {
+	mk := func(secure bool) echo.MiddlewareFunc {
+		return middleware.CSRFWithConfig(middleware.CSRFConfig{
+			Skipper:        isMachinePath,
+			TokenLookup:    "form:_csrf,header:" + echo.HeaderXCSRFToken,
+			ContextKey:     handlers.CSRFContextKey,
+			CookieName:     "taskpilots_csrf",
+			CookiePath:     "/",
+			CookieMaxAge:   int((12 * time.Hour) / time.Second),
+			CookieHTTPOnly: true,
+			CookieSecure:   secure,
+			CookieSameSite: http.SameSiteLaxMode,
+			AllowSecFetchSiteFunc: func(c echo.Context) (bool, error) {
+				if c.Request().Header.Get(echo.HeaderSecFetchSite) == "same-site" {
+					return false, nil // a sibling subdomain: fall back to the token
+				}
+				return false, handlers.ErrCSRF
+			},
+			ErrorHandler: func(error, echo.Context) error { return handlers.ErrCSRF },
+		})
+	}
+	plain, secure := mk(false), mk(true)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		p, s := plain(next), secure(next)
+		return func(c echo.Context) error {
+			if isHTTPS(c.Request(), trustProxy) {
+				return s(c)
+			}
+			return p(c)
+		}
+	}
+}
+
+// headAsGet answers HEAD like GET without the body (Echo routes HEAD only
+// where registered), so that probes and link checkers may use HEAD.
+func headAsGet() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.Method != http.MethodHead {
+				return next(c)
+			}
+			r.Method = http.MethodGet
+			res := c.Response()
+			res.Writer = bodyless{res.Writer}
+			defer func() { r.Method = http.MethodHead }()
+			return next(c)
+		}
+	}
+}
+
+// bodyless drops the body of a HEAD answer; headers and status still go.
+type bodyless struct{ http.ResponseWriter }
+
+func (bodyless) Write(b []byte) (int, error) { return len(b), nil }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w bodyless) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// trimTrailingSlash redirects browser paths ending in "/" to the path
+// without it, so that /console/sessions/ is not a 404. Only page loads are
+// redirected, and never on the API: a redirect turns a POST into a GET.
+func trimTrailingSlash() echo.MiddlewareFunc {
+	return middleware.RemoveTrailingSlashWithConfig(middleware.TrailingSlashConfig{
+		RedirectCode: http.StatusMovedPermanently,
+		Skipper: func(c echo.Context) bool {
+			r := c.Request()
+			return strings.HasPrefix(r.URL.Path, "/api/") || (r.Method != http.MethodGet && r.Method != http.MethodHead)
+		},
+	})
+}

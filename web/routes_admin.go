@@ -1,0 +1,49 @@
+package web
+
+import (
+	"github.com/labstack/echo/v4"
+
+	"github.com/taskpilots/handoff/handlers"
+	"github.com/taskpilots/handoff/models"
+)
+
+// reviewAdminRoutes registers the reviewers' and the admins' console:
+// the review queue, rubric and statistics (reviewers and admins), the audit
+// trail with its exports, verification, users, API tokens and the admin log
+// (admins), and the metrics dashboard (admins and reviewers).
+func reviewAdminRoutes(e *echo.Echo, s *models.Store, cfg Config) {
+	reviewers := handlers.RequireUser(models.RoleReviewer)
+	admins := handlers.RequireUser(models.RoleAdmin)
+	p := cfg.Reviews
+
+	e.GET("/console/reviews", handlers.ReviewQueue(s, p), reviewers)
+	e.GET("/console/reviews/stats", handlers.ReviewStats(s), reviewers)
+	e.POST("/console/reviews/next", handlers.ReviewNext(s, p), reviewers)
+	e.GET("/console/reviews/:id/:version", handlers.ReviewItem(s), reviewers)
+	e.POST("/console/reviews/:id/:version/claim", handlers.ReviewClaim(s, p), reviewers)
+	e.POST("/console/reviews/:id/:version/release", handlers.ReviewRelease(s), reviewers)
+	e.POST("/console/reviews/:id/:version/score", handlers.ReviewScore(s, p), reviewers)
+
+	e.GET("/console/audit", handlers.AuditTrail(s), admins)
+	e.GET("/console/audit/export.csv", handlers.AuditExport(s, handlers.ExportCSV), admins)
+	e.GET("/console/audit/export.jsonl", handlers.AuditExport(s, handlers.ExportJSONL), admins)
+	e.GET("/console/audit/sessions/:id/transcript.json", handlers.SessionTranscript(s), admins)
+
+	e.GET("/console/admin", handlers.AdminIndex, admins)
+	e.GET("/console/admin/metrics", handlers.MetricsDashboard(s), reviewers)
+	e.GET("/console/admin/audit", handlers.AdminLog(s), admins)
+
+	v := &models.Verifier{Store: s, Log: cfg.Logger}
+	e.GET("/console/admin/verify", handlers.AdminVerifyPage(s, v), admins)
+	e.GET("/console/admin/verify/status", handlers.AdminVerifyStatus(s, v), admins)
+	e.POST("/console/admin/verify", handlers.AdminVerifyStart(v), admins)
+
+	e.GET("/console/admin/users", handlers.AdminUsers(s), admins)
+	e.POST("/console/admin/users", handlers.AdminCreateUser(s), admins)
+	for _, a := range handlers.AdminUserActions() {
+		e.POST("/console/admin/users/:id/"+a, handlers.AdminUserAction(s, a), admins)
+	}
+	e.GET("/console/admin/tokens", handlers.AdminTokens(s), admins)
+	e.POST("/console/admin/tokens", handlers.AdminCreateToken(s), admins)
+	e.POST("/console/admin/tokens/:id/revoke", handlers.AdminRevokeToken(s), admins)
+}
