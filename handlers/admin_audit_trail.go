@@ -47,10 +47,26 @@ func bindAuditFilter(c echo.Context) (views.AuditQuery, models.AuditFilter, erro
 		SessionID: q.Session, TicketRef: q.Ticket, Actor: q.Actor, Type: models.EventType(q.Type),
 		From: parseAuditTime("from", q.From, v), To: parseAuditTime("to", q.To, v),
 	}
-	if err := v.Err(); err != nil {
-		return q, f, err
+	var fv *models.ValidationError
+	if errors.As(f.Validate(), &fv) {
+		for _, fe := range fv.Fields {
+			// A time that did not parse is reported once, by the parser.
+			if (fe.Field == "from" || fe.Field == "to") && hasField(v, fe.Field) {
+				continue
+			}
+			v.Fields = append(v.Fields, fe)
+		}
 	}
-	return q, f, f.Validate()
+	return q, f, v.Err()
+}
+
+func hasField(v *models.ValidationError, field string) bool {
+	for _, f := range v.Fields {
+		if f.Field == field {
+			return true
+		}
+	}
+	return false
 }
 
 // auditFieldNames maps models' field names to the form's.

@@ -138,7 +138,7 @@ func (a *API) stateAt(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	b, err := models.Canonical(st)
+	b, err := models.EncodeState(st)
 	if err != nil {
 		return err
 	}

@@ -179,7 +179,7 @@ func TestConsoleTakeoverActions(t *testing.T) {
 					}
 					d = p.Doc(t)
 					f := form(d, tc.action)
-					if f.Find(`[data-testid="field-error"][data-field="` + tc.required + `"]`).Length() != 1 {
+					if f.Find(`[data-testid="field-error"][data-field="`+tc.required+`"]`).Length() != 1 {
 						t.Fatalf("no inline error for %s in %s", tc.required, squash(f))
 					}
 					if inv, _ := f.Find(`[name="` + tc.required + `"]`).Attr("aria-invalid"); inv != "true" {
@@ -278,6 +278,18 @@ func TestConsoleClaimRace(t *testing.T) {
 		}
 		if st := e.state(t); st.Assignee != "user:"+e.benU.ID {
 			t.Errorf("assignee = %s", st.Assignee)
+		}
+
+		// Ana's note, typed on the page rendered before Ben claimed: the note
+		// form is no longer offered to her, so the banner keeps her text.
+		noWrites(t, s, func() {
+			p = submitForm(e.ana, form(anaPage, "note"), map[string]string{"text": "customer called back"})
+		})
+		if p.StatusCode != http.StatusConflict {
+			t.Fatalf("stale note: %d", p.StatusCode)
+		}
+		if kept := squash(p.Doc(t).Find(`[data-testid="conflict-kept"]`)); !strings.Contains(kept, "customer called back") {
+			t.Errorf("kept text = %q", kept)
 		}
 
 		// A form posted by someone who does not hold the session (here

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,28 +51,10 @@ func loadSessionPage(c echo.Context, s *models.Store, id string) (views.SessionP
 		TypeFilter:    models.EventType(strings.TrimSpace(c.QueryParam("type"))),
 		FormKey:       models.RandomSecret(12),
 	}
-	if r := detail.Row; r.EscalatedAt.Valid && (r.Status == models.StatusEscalated || r.Status == models.StatusHumanActive) {
-		d.SLA = s.SLAClock(r.Priority, r.EscalatedAt.Time.Time)
-	}
-	if d.Names, err = names(ctx, s, detail); err != nil {
-		return d, err
+	if d.Names, err = s.DisplayNames(ctx, detail.Actors()...); err != nil {
+		return d, fmt.Errorf("session %s: %w", id, err)
 	}
 	return d, nil
-}
-
-func names(ctx context.Context, s *models.Store, d models.SessionDetail) (map[string]string, error) {
-	actors := d.Actors()
-	if e := d.State.Escalation; e != nil {
-		actors = append(actors, e.By)
-	}
-	for _, st := range d.State.CompletedSteps {
-		actors = append(actors, st.By)
-	}
-	n, err := s.DisplayNames(ctx, actors...)
-	if err != nil {
-		return nil, fmt.Errorf("session %s: %w", d.Row.ID, err)
-	}
-	return n, nil
 }
 
 // loadHistory fills the state at ?version= and the diff of ?from= and ?to=.

@@ -274,7 +274,7 @@ func TestConsoleSessionPage(t *testing.T) {
 			"evidence-source": "orders-db:1182",
 			"pkg-risks":       "customer already refunded once this year",
 			"pkg-next":        "issue-refund",
-			"pkg-uncertainty": "40%",
+			"pkg-uncertainty": "Worker's uncertainty: 40% — currency conversion assumed",
 		} {
 			if got := squash(doc.Find(`[data-testid="` + testid + `"]`)); !strings.Contains(got, want) {
 				t.Errorf("%s = %q, want it to contain %q", testid, got, want)

@@ -257,12 +257,12 @@ type TokenView struct {
 	ID        string   `json:"id"`
 	Name      string   `json:"name"`
 	Role      Role     `json:"role"`
-	RevokedAt NullTime `json:"revoked_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
 }
 
 // View returns the token without its hash.
 func (t APIToken) View() TokenView {
-	return TokenView{ID: t.ID, Name: t.Name, Role: t.Role, RevokedAt: t.RevokedAt}
+	return TokenView{ID: t.ID, Name: t.Name, Role: t.Role, RevokedAt: t.RevokedAt.Ptr()}
 }
 
 // AdminCreateToken creates an API token and audits it, in one transaction,
@@ -322,6 +322,7 @@ func (s *Store) AdminRevokeToken(ctx context.Context, admin User, id string) (AP
 		}
 		before := t.View()
 		t.RevokedAt = SomeTime(s.now())
+		s.tokens.forget()
 		if err := tx.Model(&APIToken{}).Where("id = ?", id).Update("revoked_at", t.RevokedAt).Error; err != nil {
 			return fmt.Errorf("revoke token %s: %w", id, err)
 		}

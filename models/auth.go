@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -238,6 +240,7 @@ func (s *Store) RevokeToken(ctx context.Context, idOrName string) (int64, error)
 	if res.RowsAffected == 0 {
 		return 0, &NotFoundError{Kind: "token", ID: idOrName}
 	}
+	s.tokens.forget()
 	return res.RowsAffected, nil
 }
 
@@ -246,13 +249,19 @@ func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken,
 	if !strings.HasPrefix(secret, TokenPrefix) {
 		return APIToken{}, ErrUnauthorized
 	}
+	hash := hashToken(secret)
+	now := time.Now()
+	if t, ok := s.tokens.get(hash, now); ok {
+		return t, nil
+	}
 	var ts []APIToken
-	if err := s.DB.WithContext(ctx).Where("token_hash = ? AND revoked_at IS NULL", hashToken(secret)).Limit(1).Find(&ts).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Where("token_hash = ? AND revoked_at IS NULL", hash).Limit(1).Find(&ts).Error; err != nil {
 		return APIToken{}, fmt.Errorf("authenticate token: %w", err)
 	}
 	if len(ts) == 0 {
 		return APIToken{}, ErrUnauthorized
 	}
+	s.tokens.put(hash, ts[0], now)
 	return ts[0], nil
 }
 
@@ -274,4 +283,46 @@ func (s *Store) EnsureAdmin(ctx context.Context) (email, password string, ok boo
 		return "", "", false, err
 	}
 	return "admin@localhost.localdomain", password, true, nil
+}
+
+// TokenCacheTTL is how long an authenticated API token is remembered by a
+// server process. Revoking through this process takes effect at once; a
+// revocation by another process (the CLI, another replica) within this time.
+const TokenCacheTTL = 2 * time.Second
+
+// tokenCache spares the token lookup on every API call of a busy worker.
+type tokenCache struct {
+	mu      sync.Mutex
+	entries map[string]tokenEntry
+}
+
+type tokenEntry struct {
+	tok     APIToken
+	expires time.Time
+}
+
+func (c *tokenCache) get(hash string, now time.Time) (APIToken, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[hash]
+	if !ok || now.After(e.expires) {
+		return APIToken{}, false
+	}
+	return e.tok, true
+}
+
+func (c *tokenCache) put(hash string, t APIToken, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) > 10000 {
+		c.entries = make(map[string]tokenEntry)
+	}
+	c.entries[hash] = tokenEntry{tok: t, expires: now.Add(TokenCacheTTL)}
+}
+
+// forget drops every cached token, after a revocation.
+func (c *tokenCache) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries = nil
 }

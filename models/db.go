@@ -51,6 +51,8 @@ type Store struct {
 	// Observer, if set, hears about committed and rejected writes.
 	Observer Observer
 	url      string
+	notices  announcer
+	tokens   tokenCache
 }
 
 // OpenOpts configures Open.
@@ -135,6 +137,7 @@ func (s *Store) URL() string { return s.url }
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
+	s.stopNotices()
 	sqlDB, err := s.DB.DB()
 	if err != nil {
 		return err

@@ -36,6 +36,14 @@ func Canonical(v any) ([]byte, error) {
 	return json.Marshal(generic)
 }
 
+// EncodeState is the stored encoding of a state. encoding/json is already
+// deterministic for State: struct fields in declaration order, map keys
+// sorted, numbers kept as json.Number by decodeJSON, and raw outputs stored
+// canonical. Live writes, verify and replay comparisons all use it.
+func EncodeState(st State) ([]byte, error) {
+	return json.Marshal(st)
+}
+
 // hashInput is the field order the event hash is computed over. Changing it
 // breaks every stored chain; add a new version instead.
 type hashInput struct {

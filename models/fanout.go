@@ -251,7 +251,7 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 	for _, c := range in.Children {
 		if !woken[c.Queue] {
 			woken[c.Queue] = true
-			s.Wake.Notify(c.Queue)
+			s.announce(c.Queue)
 		}
 	}
 	return out, nil

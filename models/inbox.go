@@ -564,6 +564,9 @@ type SessionDetail struct {
 	Events   []Event
 	Parent   *Session
 	Children []Session
+	// SLA is the escalation's SLA clock while the session is in human
+	// hands; zero otherwise.
+	SLA SLAClock
 }
 
 // ClaimedAt is when the current holder claimed the session (zero when nobody
@@ -594,6 +597,12 @@ func (d SessionDetail) EventsSince(v int64) []Event {
 // Actors lists every actor and assignee the page names, for DisplayNames.
 func (d SessionDetail) Actors() []string {
 	out := []string{d.State.Assignee}
+	if e := d.State.Escalation; e != nil {
+		out = append(out, e.By)
+	}
+	for _, st := range d.State.CompletedSteps {
+		out = append(out, st.By)
+	}
 	seen := map[string]bool{}
 	for _, e := range d.Events {
 		if !seen[e.Actor] {
@@ -627,6 +636,9 @@ func (s *Store) GetSessionDetail(ctx context.Context, id string) (SessionDetail,
 	}
 	if d.Children, err = s.Children(ctx, id); err != nil {
 		return SessionDetail{}, err
+	}
+	if row.EscalatedAt.Valid && inHumanHands(row.Status) {
+		d.SLA = s.SLAClock(row.Priority, row.EscalatedAt.Time.Time)
 	}
 	return d, nil
 }

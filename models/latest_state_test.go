@@ -95,7 +95,7 @@ func longSession(ctx context.Context, t *testing.T, s *models.Store, n int64) st
 		prev = e.Hash
 		evs = append(evs, e)
 	}
-	state, err := models.Canonical(st)
+	state, err := models.EncodeState(st)
 	if err != nil {
 		t.Fatal(err)
 	}

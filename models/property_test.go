@@ -192,7 +192,7 @@ func (p *propRun) check() {
 	if err != nil {
 		rt.Fatalf("get session: %v", err)
 	}
-	got, err := models.Canonical(st)
+	got, err := models.EncodeState(st)
 	if err != nil {
 		rt.Fatalf("canonical: %v", err)
 	}

@@ -128,7 +128,7 @@ func (s *Store) Delegate(ctx context.Context, sessionID, actor, idemKey string, 
 	if err := in.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	fp, err := Fingerprint("delegate", sessionID, in)
+	fp, err := fingerprintFor(idemKey, "delegate", sessionID, in)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -298,7 +298,7 @@ RETURNING id, session_id, step, attempt, instructions, lease_expires_at`
 // (nil, nil) when there is none right now. The claim and the
 // delegation.leased event commit together.
 func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string) (*Lease, error) {
-	fp, err := Fingerprint("lease", queue, worker)
+	fp, err := fingerprintFor(idemKey, "lease", queue, worker)
 	if err != nil {
 		return nil, err
 	}
@@ -502,7 +502,7 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 	if err := v.Err(); err != nil {
 		return Outcome{}, err
 	}
-	fp, err := Fingerprint("result", delegationID, in)
+	fp, err := fingerprintFor(idemKey, "result", delegationID, in)
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -94,7 +94,7 @@ func (s *Store) CreateSession(ctx context.Context, actor, idemKey string, in Cre
 		Goal: strings.TrimSpace(in.Goal), TicketRef: strings.TrimSpace(in.TicketRef), Priority: prio,
 		Constraints: in.Constraints, Resources: in.Resources, DoneCriteria: in.DoneCriteria, Facts: in.Facts,
 	}
-	fp, err := Fingerprint("create", p)
+	fp, err := fingerprintFor(idemKey, "create", p)
 	if err != nil {
 		return Outcome{}, err
 	}

@@ -128,15 +128,49 @@ type State struct {
 	PausedUntil string `json:"paused_until,omitempty"`
 }
 
-// clone returns a deep copy of s, so that Apply never mutates its input.
+// clone returns a copy of s that Apply may change without touching s: every
+// slice, map and pointer Apply writes through is copied. Values inside them
+// (facts, outputs, evidence) are never mutated in place, only replaced, so
+// they may be shared. TestApplyIsPure guards this.
 func (s State) clone() State {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic("models: state does not marshal: " + err.Error())
+	c := s
+	c.Constraints = cloneSlice(s.Constraints)
+	c.Resources = cloneSlice(s.Resources)
+	c.DoneCriteria = cloneSlice(s.DoneCriteria)
+	c.OpenQuestions = cloneSlice(s.OpenQuestions)
+	c.CompletedSteps = cloneSlice(s.CompletedSteps)
+	c.Evidence = cloneSlice(s.Evidence)
+	c.Risks = cloneSlice(s.Risks)
+	c.Notes = cloneSlice(s.Notes)
+	if s.Facts != nil {
+		c.Facts = make(map[string]any, len(s.Facts))
+		for k, v := range s.Facts {
+			c.Facts[k] = v
+		}
 	}
-	var c State
-	if err := decodeJSON(b, &c); err != nil {
-		panic("models: state does not unmarshal: " + err.Error())
+	if s.Uncertainty != nil {
+		u := *s.Uncertainty
+		c.Uncertainty = &u
+	}
+	if s.Delegation != nil {
+		d := *s.Delegation
+		c.Delegation = &d
+	}
+	if s.Escalation != nil {
+		e := *s.Escalation
+		c.Escalation = &e
+	}
+	if s.Join != nil {
+		j := *s.Join
+		j.Children = cloneSlice(s.Join.Children)
+		c.Join = &j
 	}
 	return c
+}
+
+func cloneSlice[T any](xs []T) []T {
+	if xs == nil {
+		return nil
+	}
+	return append(make([]T, 0, len(xs)), xs...)
 }

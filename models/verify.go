@@ -140,7 +140,7 @@ func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Proble
 	if !replayOK {
 		return count, probs, nil
 	}
-	want, err := Canonical(st)
+	want, err := EncodeState(st)
 	if err != nil {
 		return count, nil, err
 	}

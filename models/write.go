@@ -9,7 +9,6 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // Session is the projection row of a session: its latest valid state and the
@@ -97,7 +96,7 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("execute %s: command has no actor", cmd.Type)
 	}
 	fp := cmd.Fingerprint
-	if fp == "" {
+	if fp == "" && cmd.IdempotencyKey != "" {
 		var err error
 		if fp, err = Fingerprint(cmd.SessionID, cmd.Type, cmd.ExpectedVersion, cmd.Payload); err != nil {
 			return Outcome{}, fmt.Errorf("execute %s: %w", cmd.Type, err)
@@ -137,7 +136,7 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		return out, nil
 	}
 	for _, q := range notify {
-		s.Wake.Notify(q)
+		s.announce(q)
 	}
 	if s.Observer != nil {
 		s.Observer.Committed(ev, out.Status)
@@ -146,6 +145,15 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		s.onChildDone(ctx, parentID)
 	}
 	return out, nil
+}
+
+// fingerprintFor is Fingerprint when key is set and "" otherwise: without a
+// key nothing compares fingerprints, so the hot path skips the hashing.
+func fingerprintFor(key string, parts ...any) (string, error) {
+	if key == "" {
+		return "", nil
+	}
+	return Fingerprint(parts...)
 }
 
 // Fingerprint hashes the parts of a command that make it "the same request".
@@ -168,19 +176,18 @@ type idempotencyRow struct {
 
 func (idempotencyRow) TableName() string { return "idempotency_keys" }
 
-// Idempotent runs fn in a transaction unless (scope, key) was already used:
-// then it returns the stored outcome (same fingerprint) or
-// ErrIdempotencyMismatch, and runs nothing. An empty key always runs fn.
+// Idempotent runs fn in a transaction and records its outcome under (scope,
+// key). When the key was already used, the transaction is rolled back and
+// the stored outcome returned (same fingerprint) or ErrIdempotencyMismatch:
+// nothing new is written either way. An empty key always runs fn.
+//
+// The key is not looked up first: repeats are rare, and the unique key on
+// idempotency_keys catches them at the end of the transaction, which saves a
+// round trip on every first call. A repeat may do the work again inside the
+// transaction, but it can never commit it.
 func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, fn func(tx *gorm.DB) (Outcome, error)) (Outcome, error) {
 	var out Outcome
 	err := s.Transact(ctx, func(tx *gorm.DB) error {
-		if key != "" {
-			prev, found, err := lookupIdempotency(tx, scope, key, fingerprint)
-			if err != nil || found {
-				out = prev
-				return err
-			}
-		}
 		var err error
 		if out, err = fn(tx); err != nil {
 			return err
@@ -192,11 +199,13 @@ func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, 
 		if err != nil {
 			return err
 		}
-		return tx.Create(&idempotencyRow{Scope: scope, Key: key, Fingerprint: fingerprint, Outcome: string(b), CreatedAt: NewUTCTime(s.now())}).Error
+		return tx.Exec(`INSERT INTO idempotency_keys (scope, key, fingerprint, outcome, created_at) VALUES (?, ?, ?, ?, ?)`,
+			scope, key, fingerprint, string(b), NewUTCTime(s.now())).Error
 	})
 	if err != nil && key != "" && ErrorCode(err) != EIDEMPOTENCY {
-		// A concurrent duplicate may have committed first, making this one
-		// fail (unique key, stale version, lost lease): answer with its outcome.
+		// The key was used before (unique violation), or an earlier call with
+		// it already moved the session on, making this one fail (stale
+		// version, lost lease): answer with the first outcome.
 		prev, found, lerr := lookupIdempotency(s.DB.WithContext(ctx), scope, key, fingerprint)
 		if lerr == nil && found {
 			return prev, nil
@@ -230,12 +239,12 @@ func lookupIdempotency(db *gorm.DB, scope, key, fingerprint string) (Outcome, bo
 // lockSession reads a session's projection row, locking it on PostgreSQL.
 // (SQLite serialises writers on its single connection.)
 func (s *Store) lockSession(tx *gorm.DB, id string) (Session, error) {
-	q := tx
+	q := `SELECT * FROM sessions WHERE id = ?`
 	if s.Dialect == Postgres {
-		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		q += ` FOR UPDATE`
 	}
 	var rows []Session
-	if err := q.Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
+	if err := tx.Raw(q, id).Scan(&rows).Error; err != nil {
 		return Session{}, fmt.Errorf("session %s: %w", id, err)
 	}
 	if len(rows) == 0 {
@@ -303,38 +312,19 @@ func (s *Store) ExecuteTx(tx *gorm.DB, cmd Command) (Outcome, []string, error) {
 	if err != nil {
 		return Outcome{}, nil, err
 	}
-	stateJSON, err := Canonical(next)
+	stateJSON, err := EncodeState(next)
 	if err != nil {
 		return Outcome{}, nil, fmt.Errorf("session %s: encode state: %w", cmd.SessionID, err)
 	}
 	proj := projection(next, string(stateJSON), ev.Hash, now)
 	if creates {
 		proj.CreatedAt = now
-		if err := tx.Create(&proj).Error; err != nil {
-			if isUniqueViolation(err) {
-				return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, CurrentVersion: 1}
-			}
-			return Outcome{}, nil, fmt.Errorf("session %s: insert: %w", cmd.SessionID, err)
-		}
-	} else {
-		if row.EscalatedAt.Valid && inHumanHands(cur.Status) && inHumanHands(next.Status) {
-			// Claims, releases and notes do not restart the escalation clock.
-			proj.EscalatedAt = row.EscalatedAt
-		}
-		res := tx.Model(&Session{}).Where("id = ? AND state_version = ?", cmd.SessionID, cur.Version).
-			Select("*").Omit("id", "created_at").Updates(&proj)
-		if res.Error != nil {
-			return Outcome{}, nil, fmt.Errorf("session %s: update projection: %w", cmd.SessionID, res.Error)
-		}
-		if res.RowsAffected != 1 {
-			return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, ExpectedVersion: cur.Version, CurrentVersion: cur.Version + 1}
-		}
+	} else if row.EscalatedAt.Valid && inHumanHands(cur.Status) && inHumanHands(next.Status) {
+		// Claims, releases and notes do not restart the escalation clock.
+		proj.EscalatedAt = row.EscalatedAt
 	}
-	if err := tx.Create(&ev).Error; err != nil {
-		if isUniqueViolation(err) {
-			return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, ExpectedVersion: cur.Version, CurrentVersion: cur.Version + 1}
-		}
-		return Outcome{}, nil, fmt.Errorf("session %s: append event %d: %w", cmd.SessionID, ev.Seq, err)
+	if err := s.appendEvent(tx, creates, proj, cur.Version, ev); err != nil {
+		return Outcome{}, nil, err
 	}
 	out := Outcome{SessionID: cmd.SessionID, Status: next.Status, StateVersion: next.Version, EventID: ev.ID, Seq: ev.Seq}
 	if cmd.Effect != nil {
@@ -351,13 +341,91 @@ func (s *Store) ExecuteTx(tx *gorm.DB, cmd Command) (Outcome, []string, error) {
 	var wake []string
 	if next.Status == StatusQueued && next.Delegation != nil {
 		wake = append(wake, next.Delegation.Queue)
-		if s.Dialect == Postgres {
-			if err := tx.Exec("SELECT pg_notify(?, ?)", NotifyChannel, next.Delegation.Queue).Error; err != nil {
-				return Outcome{}, nil, fmt.Errorf("notify queue %s: %w", next.Delegation.Queue, err)
-			}
-		}
 	}
 	return out, wake, nil
+}
+
+const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goal = ?, status = ?, priority = ?,
+	state_version = ?, current_step = ?, queue = ?, assignee = ?, state = ?, last_hash = ?,
+	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?
+	WHERE id = ? AND state_version = ?`
+
+const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at)`
+
+// appendEvent writes the projection (insert or versioned update) and the
+// event. On PostgreSQL the update and the insert are one statement, so that
+// a write costs as few round trips as possible; the insert happens only when
+// the update matched the expected version.
+func (s *Store) appendEvent(tx *gorm.DB, creates bool, p Session, before int64, ev Event) error {
+	conflict := &ConflictError{SessionID: ev.SessionID, ExpectedVersion: before, CurrentVersion: before + 1}
+	set := []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
+		p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.ID, before}
+	evArgs := []any{ev.ID, ev.SessionID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter,
+		ev.Payload, ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt}
+	if creates {
+		insert := `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
+			current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		args := []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
+			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt}
+		if s.Dialect == Postgres {
+			err := tx.Exec(`WITH s AS (`+insert+` RETURNING id)
+				INSERT INTO events `+insertEventCols+`
+				SELECT ?, s.id, ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz FROM s`,
+				append(args, ev.ID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter, ev.Payload,
+					ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt)...).Error
+			if err != nil && isUniqueViolation(err) {
+				return &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}
+			}
+			if err != nil {
+				return fmt.Errorf("session %s: insert: %w", ev.SessionID, err)
+			}
+			return nil
+		}
+		err := tx.Exec(insert, args...).Error
+		if err != nil {
+			if isUniqueViolation(err) {
+				return &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}
+			}
+			return fmt.Errorf("session %s: insert: %w", ev.SessionID, err)
+		}
+		return s.insertEvent(tx, evArgs, conflict)
+	}
+	if s.Dialect == Postgres {
+		res := tx.Exec(`WITH u AS (`+updateSessionSet+` RETURNING id)
+			INSERT INTO events `+insertEventCols+`
+			SELECT ?, u.id, ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz FROM u`,
+			append(set, ev.ID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter, ev.Payload,
+				ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt)...)
+		switch {
+		case res.Error != nil && isUniqueViolation(res.Error):
+			return conflict
+		case res.Error != nil:
+			return fmt.Errorf("session %s: append event %d: %w", ev.SessionID, ev.Seq, res.Error)
+		case res.RowsAffected != 1:
+			return conflict
+		}
+		return nil
+	}
+	res := tx.Exec(updateSessionSet, set...)
+	if res.Error != nil {
+		return fmt.Errorf("session %s: update projection: %w", ev.SessionID, res.Error)
+	}
+	if res.RowsAffected != 1 {
+		return conflict
+	}
+	return s.insertEvent(tx, evArgs, conflict)
+}
+
+func (s *Store) insertEvent(tx *gorm.DB, args []any, conflict error) error {
+	err := tx.Exec(`INSERT INTO events `+insertEventCols+` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...).Error
+	if err != nil {
+		if isUniqueViolation(err) {
+			return conflict
+		}
+		return fmt.Errorf("append event: %w", err)
+	}
+	return nil
 }
 
 // NotifyChannel is the PostgreSQL channel on which queue names are announced

@@ -362,7 +362,7 @@ type drillMetrics struct {
 	StateConflicts *models.StateConflicts `json:"state_conflicts"`
 }
 
-func pct(r *float64) string {
+func ratePct(r *float64) string {
 	if r == nil {
 		return "n/a"
 	}
@@ -422,8 +422,16 @@ func printDrillReport(w io.Writer, r drillReport) {
 	row("duration", "scenario %.1fs%s, total %.1fs", r.ScenarioSeconds, capNote, r.ElapsedSeconds)
 	row("faults injected", "%s", joinCounts(r.Faults))
 	c := r.Chaos
-	row("server kills", "%d (back in %s)", c.ServerKills, joinSeconds(c.ServerRestartSeconds))
-	row("database restarts", "%d (outage %s)", c.DBRestarts, joinSeconds(c.DBOutageSeconds))
+	if c.ServerKills > 0 {
+		row("server kills", "%d (SIGKILL; back after %s)", c.ServerKills, joinSeconds(c.ServerRestartSeconds))
+	} else {
+		row("server kills", "0")
+	}
+	if c.DBRestarts > 0 {
+		row("database restarts", "%d (outage %s: %s)", c.DBRestarts, joinSeconds(c.DBOutageSeconds), c.DBRestartCommand)
+	} else {
+		row("database restarts", "0")
+	}
 	e := r.Expectations
 	row("expected outcomes", "%d of %d writes as predicted (%d refused as expected, %d fenced after a lost lease), %d mismatches",
 		e.Matched+e.LeaseLost, e.Checked, e.Rejected, e.LeaseLost, e.Mismatches)
@@ -449,9 +457,9 @@ func printDrillReport(w io.Writer, r drillReport) {
 		row("store verify", "not run (no --database-url)")
 	}
 	if m := r.Metrics; m != nil {
-		row("handoff success", "%s (%d of %d delegations ended on their first lease)", pct(m.HandoffSuccess.Rate),
+		row("handoff success", "%s (%d of %d delegations ended on their first lease)", ratePct(m.HandoffSuccess.Rate),
 			m.HandoffSuccess.Succeeded, m.HandoffSuccess.Ended)
-		row("rework", "%s (%d of %d sessions, %d re-delegations)", pct(m.Rework.Rate), m.Rework.Reworked,
+		row("rework", "%s (%d of %d sessions, %d re-delegations)", ratePct(m.Rework.Rate), m.Rework.Reworked,
 			m.Rework.Sessions, m.Rework.Redelegations)
 		row("mean recovery time", "%s (%d recoveries, max %s)", secs(m.Recovery.MeanSeconds), m.Recovery.Recoveries,
 			secs(m.Recovery.MaxSeconds))

@@ -30,10 +30,10 @@ import (
 // whose answer was lost is answered from its first outcome and never
 // applied twice.
 type drillAPI struct {
-	bases []string
-	ctrl  []*client.Client
-	work  []*client.Client
+	mu    sync.RWMutex
+	eps   []endpoint
 	ctrlT string
+	workT string
 	// giveUp is how long one call keeps retrying.
 	giveUp  time.Duration
 	retries sync.Map // kind → *atomic.Int64
@@ -42,15 +42,46 @@ type drillAPI struct {
 	next    atomic.Int64
 }
 
+// endpoint is one server with a client per token.
+type endpoint struct {
+	base       string
+	ctrl, work *client.Client
+}
+
 func newDrillAPI(bases []string, ctrlToken, workToken, keyPrefix string) *drillAPI {
-	a := &drillAPI{bases: bases, ctrlT: ctrlToken, giveUp: 90 * time.Second, prefix: keyPrefix}
+	a := &drillAPI{ctrlT: ctrlToken, workT: workToken, giveUp: 90 * time.Second, prefix: keyPrefix}
 	for _, b := range bases {
-		// Retries are ours (across servers); each attempt is bounded.
-		opts := []client.Option{client.WithRetries(0), client.WithTimeout(15 * time.Second), client.WithUserAgent("taskpilots-drill")}
-		a.ctrl = append(a.ctrl, client.New(b, ctrlToken, opts...))
-		a.work = append(a.work, client.New(b, workToken, opts...))
+		a.eps = append(a.eps, a.endpoint(b))
 	}
 	return a
+}
+
+func (a *drillAPI) endpoint(base string) endpoint {
+	// Retries are ours (across servers); each attempt is bounded.
+	opts := []client.Option{client.WithRetries(0), client.WithTimeout(15 * time.Second), client.WithUserAgent("taskpilots-drill")}
+	return endpoint{base: base, ctrl: client.New(base, a.ctrlT, opts...), work: client.New(base, a.workT, opts...)}
+}
+
+// ep returns server i (modulo the number of servers).
+func (a *drillAPI) ep(i int) endpoint {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.eps[i%len(a.eps)]
+}
+
+func (a *drillAPI) servers() int {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return len(a.eps)
+}
+
+// setBase moves server i to a new address (a restart that could not get
+// its old port back).
+func (a *drillAPI) setBase(i int, base string) {
+	e := a.endpoint(base)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.eps[i] = e
 }
 
 // key returns a fresh idempotency key for one logical write.
@@ -105,7 +136,7 @@ func retry(ctx context.Context, a *drillAPI, op string, fn func(i int) error) er
 	deadline := time.Now().Add(a.giveUp)
 	delay := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		err := fn((start + attempt) % len(a.bases))
+		err := fn((start + attempt) % a.servers())
 		kind, ok := transientKind(ctx, err)
 		if !ok {
 			return err
@@ -128,7 +159,7 @@ func (a *drillAPI) createSession(ctx context.Context, in client.CreateSessionInp
 	key := a.key()
 	var out client.Outcome
 	err := retry(ctx, a, "create session", func(i int) (err error) {
-		out, err = a.ctrl[i].CreateSession(ctx, in, client.WithIdempotencyKey(key))
+		out, err = a.ep(i).ctrl.CreateSession(ctx, in, client.WithIdempotencyKey(key))
 		return err
 	})
 	return out, err
@@ -138,7 +169,7 @@ func (a *drillAPI) delegate(ctx context.Context, id string, in client.DelegateIn
 	key := a.key()
 	var out client.Delegation
 	err := retry(ctx, a, "delegate", func(i int) (err error) {
-		out, err = a.ctrl[i].Delegate(ctx, id, in, client.WithIdempotencyKey(key))
+		out, err = a.ep(i).ctrl.Delegate(ctx, id, in, client.WithIdempotencyKey(key))
 		return err
 	})
 	return out, err
@@ -149,7 +180,7 @@ func (a *drillAPI) transition(ctx context.Context, verb, id string, in client.Tr
 	key := a.key()
 	var out client.Outcome
 	err := retry(ctx, a, verb, func(i int) (err error) {
-		c := a.ctrl[i]
+		c := a.ep(i).ctrl
 		switch verb {
 		case "pause":
 			out, err = c.Pause(ctx, id, in, client.WithIdempotencyKey(key))
@@ -166,7 +197,7 @@ func (a *drillAPI) transition(ctx context.Context, verb, id string, in client.Tr
 func (a *drillAPI) session(ctx context.Context, id string) (client.Session, error) {
 	var out client.Session
 	err := retry(ctx, a, "get session", func(i int) (err error) {
-		out, err = a.ctrl[i].GetSession(ctx, id)
+		out, err = a.ep(i).ctrl.GetSession(ctx, id)
 		return err
 	})
 	return out, err
@@ -175,7 +206,7 @@ func (a *drillAPI) session(ctx context.Context, id string) (client.Session, erro
 func (a *drillAPI) events(ctx context.Context, id string) ([]client.Event, error) {
 	var out []client.Event
 	err := retry(ctx, a, "list events", func(i int) (err error) {
-		out, err = a.ctrl[i].AllEvents(ctx, id)
+		out, err = a.ep(i).ctrl.AllEvents(ctx, id)
 		return err
 	})
 	return out, err
@@ -187,7 +218,7 @@ func (a *drillAPI) lease(ctx context.Context, queue, worker string, wait int) (*
 	key := a.key()
 	var out *client.Lease
 	err := retry(ctx, a, "lease", func(i int) (err error) {
-		out, err = a.work[i].Lease(ctx, queue, client.LeaseInput{Worker: worker, WaitSeconds: wait}, client.WithIdempotencyKey(key))
+		out, err = a.ep(i).work.Lease(ctx, queue, client.LeaseInput{Worker: worker, WaitSeconds: wait}, client.WithIdempotencyKey(key))
 		return err
 	})
 	return out, err
@@ -198,7 +229,7 @@ func (a *drillAPI) lease(ctx context.Context, queue, worker string, wait int) (*
 func (a *drillAPI) result(ctx context.Context, delegationID, key string, in client.ResultInput) (client.Outcome, error) {
 	var out client.Outcome
 	err := retry(ctx, a, "result", func(i int) (err error) {
-		out, err = a.work[i].Result(ctx, delegationID, in, client.WithIdempotencyKey(key))
+		out, err = a.ep(i).work.Result(ctx, delegationID, in, client.WithIdempotencyKey(key))
 		return err
 	})
 	return out, err
@@ -214,7 +245,7 @@ func (a *drillAPI) metrics(ctx context.Context, queue string) (drillMetrics, err
 		Queues  map[string]models.MetricSet `json:"queues"`
 	}
 	err := retry(ctx, a, "metrics", func(i int) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.bases[i]+"/api/v1/metrics?window=24h&queue="+url.QueryEscape(queue), nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.ep(i).base+"/api/v1/metrics?window=24h&queue="+url.QueryEscape(queue), nil)
 		if err != nil {
 			return err
 		}
@@ -278,7 +309,6 @@ type human interface {
 // and `idempotency_key`. One cookie jar serves every server of the drill
 // (cookies ignore ports and the servers share their session key).
 type consoleHuman struct {
-	bases           []string
 	email, password string
 	http            *http.Client
 	api             *drillAPI // for retry counting and server rotation
@@ -292,13 +322,13 @@ var (
 	versionAttr = regexp.MustCompile(`name="state_version" value="(\d+)"`)
 )
 
-func newConsoleHuman(bases []string, email, password string, api *drillAPI) (*consoleHuman, error) {
+func newConsoleHuman(email, password string, api *drillAPI) (*consoleHuman, error) {
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		return nil, err
 	}
 	return &consoleHuman{
-		bases: bases, email: email, password: password, api: api,
+		email: email, password: password, api: api,
 		http: &http.Client{Jar: jar, Timeout: 15 * time.Second,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 	}, nil
@@ -343,7 +373,7 @@ func serverError(method, path string, status int, body string) error {
 // login logs in through the login form.
 func (h *consoleHuman) login(ctx context.Context) error {
 	return retry(ctx, h.api, "console login", func(i int) error {
-		base := h.bases[i%len(h.bases)]
+		base := h.api.ep(i).base
 		st, _, body, err := h.send(ctx, http.MethodGet, base+"/login", nil)
 		if err != nil {
 			return err
@@ -379,7 +409,7 @@ func (h *consoleHuman) version(ctx context.Context, id string) (int64, error) {
 	relogged := false
 	err := retry(ctx, h.api, "console session page", func(i int) error {
 		path := "/console/sessions/" + url.PathEscape(id)
-		st, loc, body, err := h.send(ctx, http.MethodGet, h.bases[i%len(h.bases)]+path, nil)
+		st, loc, body, err := h.send(ctx, http.MethodGet, h.api.ep(i).base+path, nil)
 		if err != nil {
 			return err
 		}
@@ -422,7 +452,7 @@ func (h *consoleHuman) act(ctx context.Context, id string, a models.TakeoverActi
 		for k, v := range fields {
 			form.Set(k, v)
 		}
-		st, loc, body, err := h.send(ctx, http.MethodPost, h.bases[i%len(h.bases)]+path, form)
+		st, loc, body, err := h.send(ctx, http.MethodPost, h.api.ep(i).base+path, form)
 		if err != nil {
 			return err
 		}

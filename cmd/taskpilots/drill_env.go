@@ -134,9 +134,10 @@ func (s *serverSet) startAll(ctx context.Context, n int) error {
 }
 
 // killAndRestart kills server n with SIGKILL (no graceful shutdown: open
-// requests and leases die with it) and starts it again on the same address.
-// It returns how long the server was away.
-func (s *serverSet) killAndRestart(ctx context.Context, n int) (time.Duration, error) {
+// requests and leases die with it) and starts it again on the same address,
+// or on a new one (told to moved) when another process took the port
+// meanwhile. It returns how long the server was away.
+func (s *serverSet) killAndRestart(ctx context.Context, n int, moved func(n int, base string)) (time.Duration, error) {
 	s.mu.Lock()
 	p := s.procs[n]
 	s.mu.Unlock()
@@ -152,6 +153,15 @@ func (s *serverSet) killAndRestart(ctx context.Context, n int) (time.Duration, e
 	case <-time.After(300 * time.Millisecond):
 	}
 	np, err := s.start(ctx, n, p.addr)
+	if err != nil && ctx.Err() == nil {
+		addr, aerr := freeAddr()
+		if aerr != nil {
+			return 0, errors.Join(err, aerr)
+		}
+		if np, err = s.start(ctx, n, addr); err == nil {
+			moved(n, "http://"+addr)
+		}
+	}
 	if err != nil {
 		return 0, err
 	}

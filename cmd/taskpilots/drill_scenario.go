@@ -156,7 +156,7 @@ func (d *drill) setup(ctx context.Context) error {
 	}
 	switch mode {
 	case "console":
-		h, err := newConsoleHuman(bases, email, password, d.api)
+		h, err := newConsoleHuman(email, password, d.api)
 		if err != nil {
 			return err
 		}
@@ -890,9 +890,9 @@ func (d *drill) work(ctx, scenario context.Context, worker string, l *client.Lea
 		}
 		d.rec.add(&e)
 		_, err = d.api.result(ctx, l.DelegationID, d.api.key(), good)
-		e = base
-		e.Kind, e.Expected, e.Got = "duplicate_new_key", wantConflict, got(err)
-		d.rec.add(&e)
+		e2 := base
+		e2.Kind, e2.Expected, e2.Got = "duplicate_new_key", wantConflict, got(err)
+		d.rec.add(&e2)
 	default:
 		_, _ = d.send(ctx, run, l, base, "result", good, d.api.key())
 	}
@@ -1034,7 +1034,7 @@ func (d *drill) chaosLoop(ctx context.Context) {
 		case "kill":
 			d.chaosNow.Store(fmt.Sprintf("server %d killed", s.n))
 			d.rec.fault("server_kill")
-			took, err := d.servers.killAndRestart(ctx, s.n)
+			took, err := d.servers.killAndRestart(ctx, s.n, d.api.setBase)
 			if err != nil {
 				d.violation("kill and restart server %d: %v", s.n, err)
 				d.chaosNow.Store("")
