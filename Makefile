@@ -12,7 +12,7 @@ RACE_PKGS ?= ./models ./handlers ./web ./client
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: help build run test test-go test-race generate check bench pg pg-stop clean
+.PHONY: help build run test test-go test-race generate check bench fuzz pg pg-stop clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -39,6 +39,14 @@ generate: ## regenerate templ components (commit the *_templ.go files)
 
 check: ## templ freshness, gofmt -l, go vet (what CI checks before testing)
 	scripts/check.sh
+
+# Each fuzz test in turn, FUZZTIME each; new findings land in the package's
+# testdata/fuzz/<Name>/ (commit them with the fix).
+FUZZTIME ?= 10s
+fuzz: ## run each fuzz test for FUZZTIME (10s): result contract, Apply, console forms
+	$(GO) test -run '^$$' -fuzz '^FuzzResultContract$$' -fuzztime $(FUZZTIME) ./models/
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./models/
+	$(GO) test -run '^$$' -fuzz '^FuzzConsoleForm$$' -fuzztime $(FUZZTIME) ./handlers/
 
 bench: ## Go benchmarks of models, then scripts/bench.sh (TaskPilots vs pgbench)
 	scripts/test-postgres.sh bash -c '$(GO) test -run "^$$" -bench . -benchmem ./models/ && \

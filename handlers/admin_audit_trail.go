@@ -69,9 +69,6 @@ func hasField(v *models.ValidationError, field string) bool {
 	return false
 }
 
-// auditFieldNames maps models' field names to the form's.
-var auditFieldNames = map[string]string{"session": "session", "ticket": "ticket", "actor": "actor", "type": "type", "from": "from", "to": "to"}
-
 // AuditTrail serves GET /console/audit: every event, newest first, with
 // filters (?session= &ticket= &actor= &type= &from= &to=) and keyset pages
 // (?before=). An invalid filter re-renders the form with 422.
@@ -85,12 +82,9 @@ func AuditTrail(s *models.Store) echo.HandlerFunc {
 		var ve *models.ValidationError
 		if errors.As(err, &ve) {
 			d.Errors = map[string]string{}
+			// The filter's field names are the form's.
 			for _, fe := range ve.Fields {
-				name := auditFieldNames[fe.Field]
-				if name == "" {
-					name = fe.Field
-				}
-				d.Errors[name] = fe.Message
+				d.Errors[fe.Field] = fe.Message
 			}
 			if msg := d.Errors["before"]; msg != "" {
 				return echo.NewHTTPError(http.StatusUnprocessableEntity, "The page cursor "+msg+".")

@@ -73,7 +73,7 @@ func TestLoginSuccess(t *testing.T) {
 			t.Error("cookie value is not encrypted")
 		}
 
-		if p := b.get("/"); p.StatusCode != http.StatusFound || p.Header.Get("Location") != "/console/sessions" {
+		if p := b.get("/"); p.StatusCode != http.StatusFound || p.Header.Get("Location") != "/console" {
 			t.Fatalf("GET / = %d %q", p.StatusCode, p.Header.Get("Location"))
 		}
 		id := storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: "T-1182"})

@@ -254,9 +254,9 @@ func (s *Store) ResetPassword(ctx context.Context, admin User, id string) (strin
 
 // TokenView is a token as the admin audit records it: never its hash.
 type TokenView struct {
-	ID        string   `json:"id"`
-	Name      string   `json:"name"`
-	Role      Role     `json:"role"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      Role       `json:"role"`
 	RevokedAt *time.Time `json:"revoked_at"`
 }
 

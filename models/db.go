@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/crc64"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -16,6 +17,7 @@ import (
 	"github.com/glebarez/sqlite"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -207,11 +209,25 @@ func (s *Store) migrationProvider() (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := goose.DialectPostgres
 	if s.Dialect == SQLite {
-		d = goose.DialectSQLite3
+		return goose.NewProvider(goose.DialectSQLite3, sqlDB, fsys)
 	}
-	return goose.NewProvider(d, sqlDB, fsys)
+	// Replicas starting together on an empty database take turns: goose
+	// holds a PostgreSQL advisory lock while it migrates. The lock is named
+	// after the database and schema, so that separate schemas (tests, tenants)
+	// do not wait for each other.
+	var where string
+	if err := s.DB.Raw(`SELECT current_database() || '.' || current_schema()`).Scan(&where).Error; err != nil {
+		return nil, fmt.Errorf("migration lock: %w", err)
+	}
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockID(int64(crc64.Checksum([]byte("taskpilots:"+where), crc64.MakeTable(crc64.ECMA))>>1)),
+		lock.WithLockTimeout(1, 300),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, goose.WithSessionLocker(locker))
 }
 
 // MigrationState is where the schema stands.

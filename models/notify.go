@@ -59,9 +59,14 @@ func (s *Store) sendNotices() {
 		}
 		clear(a.pending)
 		a.mu.Unlock()
+		sqlDB, err := s.DB.DB()
+		if err != nil {
+			continue
+		}
 		for _, q := range queues {
+			// Straight on database/sql: a hint needs none of GORM's machinery.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := s.DB.WithContext(ctx).Exec("SELECT pg_notify(?, ?)", NotifyChannel, q).Error; err != nil {
+			if _, err := sqlDB.ExecContext(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, q); err != nil {
 				s.Logger.Warn("queue notice not sent; long polls elsewhere fall back to re-checking", "queue", q, "err", err)
 			}
 			cancel()

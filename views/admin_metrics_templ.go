@@ -41,6 +41,7 @@ type dashMetric struct {
 	Detail     func(models.MetricSet) string
 	Format     func(float64) string
 	Max        float64
+	Ceil       func(float64) float64
 	// SystemOnly metrics have no per-queue figure.
 	SystemOnly bool
 }
@@ -53,7 +54,7 @@ var dashMetrics = []dashMetric{
 		Definition: "Delegations that ended in the window and were completed on their first lease, without retry or human.",
 		Value:      func(m models.MetricSet) *float64 { return m.HandoffSuccess.Rate },
 		Detail: func(m models.MetricSet) string {
-			return fmt.Sprintf("%d of %d delegations", m.HandoffSuccess.Succeeded, m.HandoffSuccess.Ended)
+			return fmt.Sprintf("%d of %s", m.HandoffSuccess.Succeeded, Plural(m.HandoffSuccess.Ended, "delegation", "delegations"))
 		},
 		Format: pct, Max: 1,
 	},
@@ -62,7 +63,7 @@ var dashMetrics = []dashMetric{
 		Definition: "Sessions with delegated work in the window in which a step was delegated again (retry, input loop, hand-back).",
 		Value:      func(m models.MetricSet) *float64 { return m.Rework.Rate },
 		Detail: func(m models.MetricSet) string {
-			return fmt.Sprintf("%d of %d sessions, %d re-delegations", m.Rework.Reworked, m.Rework.Sessions, m.Rework.Redelegations)
+			return fmt.Sprintf("%d of %s, %s", m.Rework.Reworked, Plural(m.Rework.Sessions, "session", "sessions"), Plural(m.Rework.Redelegations, "re-delegation", "re-delegations"))
 		},
 		Format: pct, Max: 1,
 	},
@@ -71,13 +72,13 @@ var dashMetrics = []dashMetric{
 		Definition: "From an interruption (lease expiry, pause, escalation) to the next productive transition.",
 		Value:      func(m models.MetricSet) *float64 { return m.Recovery.MeanSeconds },
 		Detail: func(m models.MetricSet) string {
-			s := fmt.Sprintf("%d recoveries", m.Recovery.Recoveries)
+			s := Plural(m.Recovery.Recoveries, "recovery", "recoveries")
 			if m.Recovery.MaxSeconds != nil {
 				s += ", longest " + DurationText(*m.Recovery.MaxSeconds)
 			}
 			return s
 		},
-		Format: DurationText,
+		Format: DurationText, Ceil: DurationCeil,
 	},
 	{
 		Key: "state_conflicts", Title: "State conflict rate",
@@ -93,7 +94,7 @@ var dashMetrics = []dashMetric{
 			if c == nil {
 				return "system-wide only"
 			}
-			return fmt.Sprintf("%d of %d attempts, %d applied conflicts", c.Conflicts, c.WriteAttempts, c.AppliedConflicts)
+			return fmt.Sprintf("%d of %s, %s", c.Conflicts, Plural(c.WriteAttempts, "write attempt", "write attempts"), Plural(c.AppliedConflicts, "applied conflict", "applied conflicts"))
 		},
 		Format: func(v float64) string { return fmt.Sprintf("%.1f ‰", v) }, SystemOnly: true,
 	},
@@ -103,9 +104,9 @@ var dashMetrics = []dashMetric{
 		Value:      func(m models.MetricSet) *float64 { return m.EscalationClarity.MeanScore },
 		Detail: func(m models.MetricSet) string {
 			c := m.EscalationClarity
-			s := fmt.Sprintf("%d reviews of %d escalations", c.Reviews, c.Escalations)
+			s := Plural(c.Reviews, "review", "reviews") + ", " + Plural(c.Escalations, "escalation", "escalations")
 			if c.MeanClaimToDecisionSeconds != nil {
-				s += fmt.Sprintf(", claim to decision %s (%d decisions)", DurationText(*c.MeanClaimToDecisionSeconds), c.Decisions)
+				s += fmt.Sprintf(", claim to decision %s (%s)", DurationText(*c.MeanClaimToDecisionSeconds), Plural(c.Decisions, "decision", "decisions"))
 			}
 			return s
 		},
@@ -129,7 +130,7 @@ func (d MetricsDashData) bucketLabel(t time.Time) string {
 }
 
 func (d MetricsDashData) line(m dashMetric) LineChart {
-	c := LineChart{ID: "trend-" + m.Key, Title: m.Title + " over the last " + d.Window, Format: m.Format, Max: m.Max}
+	c := LineChart{ID: "trend-" + m.Key, Title: m.Title + " over the last " + d.Window, Format: m.Format, Max: m.Max, Ceil: m.Ceil}
 	for _, pm := range d.Trend {
 		p := Point{Label: d.bucketLabel(pm.From)}
 		if !(m.SystemOnly && d.Queue != "") {
@@ -219,7 +220,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var3 string
 			templ_7745c5c3_Var3, templ_7745c5c3_Err = templ.JoinStringErrs(FormatTime(d.Total.From))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 182, Col: 30}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 183, Col: 30}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var3))
 			if templ_7745c5c3_Err != nil {
@@ -232,7 +233,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var4 string
 			templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(FormatTime(d.Total.To))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 182, Col: 61}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 183, Col: 61}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
 			if templ_7745c5c3_Err != nil {
@@ -250,7 +251,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var5 string
 				templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(d.Queue)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 184, Col: 31}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 185, Col: 31}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
 				if templ_7745c5c3_Err != nil {
@@ -273,7 +274,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var6 string
 				templ_7745c5c3_Var6, templ_7745c5c3_Err = templruntime.NewAttributeExpression(MetricsURL(w, d.Queue)).ResolveURL(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 192, Col: 38}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 194, Col: 36}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var6)
 				if templ_7745c5c3_Err != nil {
@@ -286,7 +287,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var7 string
 				templ_7745c5c3_Var7, templ_7745c5c3_Err = templruntime.NewAttributeExpression(w).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 192, Col: 56}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 195, Col: 22}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var7)
 				if templ_7745c5c3_Err != nil {
@@ -309,7 +310,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var8 string
 				templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(w)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 192, Col: 108}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 199, Col: 15}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var8))
 				if templ_7745c5c3_Err != nil {
@@ -327,7 +328,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var9 string
 			templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Window).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 198, Col: 54}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 205, Col: 54}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var9)
 			if templ_7745c5c3_Err != nil {
@@ -345,7 +346,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var10 string
 				templ_7745c5c3_Var10, templ_7745c5c3_Err = templruntime.NewAttributeExpression(q).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 204, Col: 23}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 211, Col: 23}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var10)
 				if templ_7745c5c3_Err != nil {
@@ -368,7 +369,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var11 string
 				templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(q)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 204, Col: 56}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 211, Col: 56}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
 				if templ_7745c5c3_Err != nil {
@@ -391,7 +392,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var12 string
 				templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression("metric-" + m.Key).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 211, Col: 60}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 218, Col: 60}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var12)
 				if templ_7745c5c3_Err != nil {
@@ -404,7 +405,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var13 string
 				templ_7745c5c3_Var13, templ_7745c5c3_Err = templruntime.NewAttributeExpression(m.Key).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 211, Col: 103}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 218, Col: 103}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var13)
 				if templ_7745c5c3_Err != nil {
@@ -417,7 +418,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var14 string
 				templ_7745c5c3_Var14, templ_7745c5c3_Err = templruntime.NewAttributeExpression("metric-" + m.Key).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 213, Col: 31}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 220, Col: 31}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var14)
 				if templ_7745c5c3_Err != nil {
@@ -430,7 +431,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var15 string
 				templ_7745c5c3_Var15, templ_7745c5c3_Err = templ.JoinStringErrs(m.Title)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 213, Col: 43}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 220, Col: 43}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var15))
 				if templ_7745c5c3_Err != nil {
@@ -443,7 +444,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var16 string
 				templ_7745c5c3_Var16, templ_7745c5c3_Err = templ.JoinStringErrs(d.headline(m))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 214, Col: 58}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 221, Col: 58}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var16))
 				if templ_7745c5c3_Err != nil {
@@ -456,7 +457,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var17 string
 				templ_7745c5c3_Var17, templ_7745c5c3_Err = templ.JoinStringErrs(m.Definition)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 216, Col: 35}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 223, Col: 35}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var17))
 				if templ_7745c5c3_Err != nil {
@@ -469,7 +470,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var18 string
 				templ_7745c5c3_Var18, templ_7745c5c3_Err = templ.JoinStringErrs(d.detail(m))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 216, Col: 99}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 223, Col: 99}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var18))
 				if templ_7745c5c3_Err != nil {
@@ -501,7 +502,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var19 string
 			templ_7745c5c3_Var19, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.Itoa(len(d.Trend)))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 223, Col: 56}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 230, Col: 56}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var19))
 			if templ_7745c5c3_Err != nil {
@@ -514,7 +515,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var20 string
 			templ_7745c5c3_Var20, templ_7745c5c3_Err = templ.JoinStringErrs(d.Window)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 223, Col: 156}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 230, Col: 156}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var20))
 			if templ_7745c5c3_Err != nil {

@@ -25,7 +25,13 @@ func routes(e *echo.Echo, s *models.Store, cfg Config, auth *handlers.Auth, m *m
 	e.GET(static.Prefix+"*", serveStatic)
 
 	// Browser: login and the console.
-	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/console/sessions") })
+	// Support agents start in their inbox; reviewers in their review queue.
+	e.GET("/", func(c echo.Context) error {
+		if u := handlers.CurrentUser(c); u != nil && u.Role == models.RoleReviewer {
+			return c.Redirect(http.StatusFound, "/console/reviews")
+		}
+		return c.Redirect(http.StatusFound, "/console")
+	})
 	e.GET("/login", auth.LoginForm)
 	e.POST("/login", auth.Login)
 	e.POST("/logout", auth.Logout)

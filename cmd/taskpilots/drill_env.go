@@ -115,14 +115,21 @@ func (s *serverSet) start(ctx context.Context, n int, addr string) (*serverProc,
 	}
 }
 
-// startAll starts n servers.
+// startAll starts n servers. A server that cannot start on the port it was
+// given (another process took it meanwhile) gets another.
 func (s *serverSet) startAll(ctx context.Context, n int) error {
 	for i := range n {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
+		var (
+			p   *serverProc
+			err error
+		)
+		for try := 0; try < 3 && (try == 0 || err != nil && ctx.Err() == nil); try++ {
+			var addr string
+			if addr, err = freeAddr(); err != nil {
+				return err
+			}
+			p, err = s.start(ctx, i, addr)
 		}
-		p, err := s.start(ctx, i, addr)
 		if err != nil {
 			return err
 		}

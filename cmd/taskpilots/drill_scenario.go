@@ -219,7 +219,7 @@ func (d *drill) dumpServerLogs() {
 		return
 	}
 	d.o.keepLogs = true
-	fmt.Fprintf(d.env.stderr, "drill: server logs are kept in %s\n%s", d.logDir, d.servers.logTails(3000))
+	fmt.Fprint(d.env.stderr, d.servers.logTails(3000))
 }
 
 // close releases what setup made: servers, the drill's tokens, the store.
@@ -235,7 +235,11 @@ func (d *drill) close() {
 		}
 		st.Close()
 	}
-	if d.logDir != "" && !d.o.keepLogs {
+	switch {
+	case d.logDir == "":
+	case d.o.keepLogs:
+		fmt.Fprintf(d.env.stderr, "drill: the servers' logs are in %s\n", d.logDir)
+	default:
 		os.RemoveAll(d.logDir)
 	}
 }
@@ -413,9 +417,12 @@ type expectation struct {
 	DelegationID string
 	Attempt      int
 	Worker       string
-	Expected     string
-	Got          string
-	Detail       string
+	// LeaseSeq is the seq of the delegation.leased event of the lease the
+	// write was sent under (the lease packet's based_on_version).
+	LeaseSeq int64
+	Expected string
+	Got      string
+	Detail   string
 	// fencedOK: a 409 instead of the expected outcome is right when the
 	// lease was lost first (expired during a database outage, revoked by a
 	// pause); the end of the drill checks the event log for that.
@@ -850,7 +857,8 @@ func (d *drill) work(ctx, scenario context.Context, worker string, l *client.Lea
 	}
 	defer run.poke()
 	good := d.validResult(run, l)
-	base := expectation{SessionID: l.SessionID, DelegationID: l.DelegationID, Attempt: l.Attempt, Worker: worker}
+	base := expectation{SessionID: l.SessionID, DelegationID: l.DelegationID, Attempt: l.Attempt, Worker: worker,
+		LeaseSeq: l.Packet.BasedOnVersion}
 	if run.plan.pauseStep == stepIndex(l.Step) && run.pauseTaken.CompareAndSwap(false, true) {
 		d.async.Go(func() { d.pauseWhileLeased(ctx, run, l, base, good) })
 		return
@@ -924,7 +932,7 @@ func (d *drill) staleResult(ctx, scenario context.Context, run *sessionRun, l *c
 			d.violation("stale result of %s: read events: %v", l.DelegationID, err)
 			return
 		}
-		if leaseLost(evs, l.DelegationID, l.Attempt, base.Worker) {
+		if leaseLost(evs, base.LeaseSeq, l.DelegationID, l.Attempt, base.Worker) {
 			break
 		}
 		if time.Now().After(deadline) {

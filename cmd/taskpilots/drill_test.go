@@ -349,24 +349,45 @@ func TestDrillFlags(t *testing.T) {
 
 // TestLeaseLost checks how the drill reads a lost lease from the event log.
 func TestLeaseLost(t *testing.T) {
+	seq := int64(0)
 	ev := func(typ, payload string) client.Event {
-		return client.Event{Type: typ, Payload: json.RawMessage(payload)}
+		seq++
+		return client.Event{Seq: seq, Type: typ, Payload: json.RawMessage(payload)}
 	}
-	leased := ev("delegation.leased", `{"delegation_id":"dlg_1","attempt":1,"worker":"w1"}`)
+	lease := func(worker string) client.Event {
+		return ev("delegation.leased", `{"delegation_id":"dlg_1","attempt":1,"worker":"`+worker+`"}`)
+	}
 	for _, c := range []struct {
 		name string
-		evs  []client.Event
+		evs  func() []client.Event
+		seq  int64 // of the lease in question; 0: the worker's last
 		want bool
 	}{
-		{"still held", []client.Event{leased}, false},
-		{"expired", []client.Event{leased, ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}, true},
-		{"paused", []client.Event{leased, ev("session.paused", `{}`)}, true},
-		{"its own result", []client.Event{leased, ev("result.completed", `{"delegation_id":"dlg_1","attempt":1}`),
-			ev("session.paused", `{}`)}, false},
-		{"another worker's lease expired", []client.Event{ev("delegation.leased", `{"delegation_id":"dlg_1","attempt":1,"worker":"w2"}`),
-			ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}, false},
+		{"still held", func() []client.Event { return []client.Event{lease("w1")} }, 1, false},
+		{"expired", func() []client.Event {
+			return []client.Event{lease("w1"), ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}
+		}, 1, true},
+		{"paused", func() []client.Event { return []client.Event{lease("w1"), ev("session.paused", `{}`)} }, 1, true},
+		{"its own result", func() []client.Event {
+			return []client.Event{lease("w1"), ev("result.completed", `{"delegation_id":"dlg_1","attempt":1}`), ev("session.paused", `{}`)}
+		}, 1, false},
+		{"another worker's lease expired", func() []client.Event {
+			return []client.Event{lease("w2"), ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}
+		}, 0, false},
+		// A pause revoked the worker's first lease of the attempt; the
+		// second lease of the same attempt is still live.
+		{"leased again after a pause", func() []client.Event {
+			return []client.Event{lease("w1"), ev("session.paused", `{}`), ev("session.resumed", `{}`), lease("w1")}
+		}, 4, false},
+		{"the first of two leases", func() []client.Event {
+			return []client.Event{lease("w1"), ev("session.paused", `{}`), ev("session.resumed", `{}`), lease("w1")}
+		}, 1, true},
+		{"the worker's last lease", func() []client.Event {
+			return []client.Event{lease("w1"), ev("session.paused", `{}`), ev("session.resumed", `{}`), lease("w1")}
+		}, 0, false},
 	} {
-		if got := leaseLost(c.evs, "dlg_1", 1, "w1"); got != c.want {
+		seq = 0
+		if got := leaseLost(c.evs(), c.seq, "dlg_1", 1, "w1"); got != c.want {
 			t.Errorf("%s: leaseLost = %t; want %t", c.name, got, c.want)
 		}
 	}

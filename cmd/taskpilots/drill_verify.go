@@ -45,18 +45,31 @@ func revokes(t string) bool {
 	return false
 }
 
-// leaseLost reports whether the event log shows that a lease of delegation
-// dlg, attempt, taken by worker (any worker when empty), ended without a
-// result of its own: it expired, or a pause, escalation or cancellation
-// revoked it.
-func leaseLost(evs []client.Event, dlg string, attempt int, worker string) bool {
-	held := false
-	for _, e := range evs {
+// leaseLost reports whether the event log shows that one lease of
+// delegation dlg, attempt, ended without a result of its own: it expired, or
+// a pause, escalation or cancellation revoked it. The lease is the
+// delegation.leased event at seq (its packet's based_on_version); with seq 0,
+// the last lease of that attempt taken by worker. (A pause does not bump
+// the attempt, so one worker may lease the same attempt twice.)
+func leaseLost(evs []client.Event, seq int64, dlg string, attempt int, worker string) bool {
+	start := -1
+	for i, e := range evs {
+		if models.EventType(e.Type) != models.EventDelegationLeased {
+			continue
+		}
+		r := refOf(e)
+		if r.DelegationID != dlg || r.Attempt != attempt {
+			continue
+		}
+		if seq > 0 && e.Seq == seq || seq <= 0 && (worker == "" || r.Worker == worker) {
+			start = i
+		}
+	}
+	if start < 0 {
+		return false
+	}
+	for _, e := range evs[start+1:] {
 		switch {
-		case models.EventType(e.Type) == models.EventDelegationLeased:
-			r := refOf(e)
-			held = r.DelegationID == dlg && r.Attempt == attempt && (worker == "" || r.Worker == worker)
-		case !held:
 		case models.EventType(e.Type) == models.EventDelegationExpired:
 			if r := refOf(e); r.DelegationID == dlg && r.Attempt == attempt {
 				return true
@@ -64,7 +77,8 @@ func leaseLost(evs []client.Event, dlg string, attempt int, worker string) bool 
 		case revokes(e.Type):
 			return true
 		case isResult(e.Type):
-			held = false
+			// Only the holder's result is applied: the lease ended with it.
+			return false
 		}
 	}
 	return false
@@ -287,6 +301,7 @@ func (d *drill) verify(ctx context.Context) drillReport {
 	evsByID := map[string][]client.Event{}
 	var ids []string
 	statusOf := map[string]string{}
+	unsettled := map[string]bool{}
 	for _, run := range runs {
 		run.mu.Lock()
 		id, done, final, err, takeovers := run.id, run.done, run.final, run.err, run.takeovers
@@ -332,6 +347,7 @@ func (d *drill) verify(ctx context.Context) drillReport {
 			}
 		default:
 			rep.Sessions.Unsettled++
+			unsettled[id] = true
 			if err == nil {
 				err = errDrillStopped
 			}
@@ -354,8 +370,11 @@ func (d *drill) verify(ctx context.Context) drillReport {
 	d.rec.mu.Unlock()
 	for _, e := range list {
 		if e.verdict == verdictCheck {
-			lost := leaseLost(evsByID[e.SessionID], e.DelegationID, e.Attempt, e.Worker)
+			lost := leaseLost(evsByID[e.SessionID], e.LeaseSeq, e.DelegationID, e.Attempt, e.Worker)
 			switch {
+			case !lost && d.stoppedCap && unsettled[e.SessionID]:
+				// Cut short by --duration: reported as an unsettled session.
+				e.verdict = verdictNoTest
 			case e.Kind == "crash" && lost:
 				e.verdict, e.Got = verdictMatch, wantRequeued
 			case e.Kind == "crash":

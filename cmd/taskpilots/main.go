@@ -195,6 +195,20 @@ func (d *envDefaults) Int64(key string, def int64) int64 {
 	return n
 }
 
+// Float64 returns the variable parsed as a number, or def when it is unset.
+func (d *envDefaults) Float64(key string, def float64) float64 {
+	v := d.env.getenv(key)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a number", key, v))
+		return def
+	}
+	return f
+}
+
 // Duration returns the variable parsed by time.ParseDuration, or def.
 func (d *envDefaults) Duration(key string, def time.Duration) time.Duration {
 	v := d.env.getenv(key)

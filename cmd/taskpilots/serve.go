@@ -29,7 +29,10 @@ type serveOpts struct {
 	databaseURL string
 	dbMaxConns  int
 	demo        bool
-	web         web.Config
+	// reviewDoubleShare is the flag's value: 0 means no double reviews,
+	// where web.Config's zero means "the default".
+	reviewDoubleShare float64
+	web               web.Config
 }
 
 // serveFlagSet registers serve's flags, each defaulting to its TASKPILOTS_*
@@ -64,6 +67,10 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"failed logins per client address within --login-window before 429 (env TASKPILOTS_LOGIN_FAILURES_PER_ADDRESS)")
 	fs.DurationVar(&o.web.LoginWindow, "login-window", d.Duration("TASKPILOTS_LOGIN_WINDOW", web.DefaultLoginWindow),
 		"window over which failed logins are counted (env TASKPILOTS_LOGIN_WINDOW)")
+	fs.Float64Var(&o.reviewDoubleShare, "review-double-share", d.Float64("TASKPILOTS_REVIEW_DOUBLE_SHARE", models.DefaultReviewDoubleShare),
+		"share of escalations scored by two reviewers, 0 to 1 (env TASKPILOTS_REVIEW_DOUBLE_SHARE)")
+	fs.DurationVar(&o.web.Reviews.ClaimTTL, "review-claim-ttl", d.Duration("TASKPILOTS_REVIEW_CLAIM_TTL", models.DefaultReviewClaimTTL),
+		"how long a reviewer's claim on an item lasts (env TASKPILOTS_REVIEW_CLAIM_TTL)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
 			"seeds demo data into an empty database, then serves the console and the API.\n"+
@@ -98,8 +105,15 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.web.LoginFailuresPerAccount < 1 || o.web.LoginFailuresPerAddress < 1 {
 		v.Add("login-failures-per-account/-address", "must be at least 1")
 	}
+	if o.reviewDoubleShare < 0 || o.reviewDoubleShare > 1 {
+		v.Add("review-double-share", "must be between 0 and 1")
+	}
+	o.web.Reviews.DoubleShare = o.reviewDoubleShare
+	if o.reviewDoubleShare == 0 {
+		o.web.Reviews.DoubleShare = -1
+	}
 	for name, dur := range map[string]time.Duration{"maintain-every": o.web.MaintainEvery, "lease-wait-max": o.web.LeaseWaitMax,
-		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow} {
+		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow, "review-claim-ttl": o.web.Reviews.ClaimTTL} {
 		if dur <= 0 {
 			v.Add(name, "must be a positive duration")
 		}

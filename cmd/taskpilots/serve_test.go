@@ -108,6 +108,20 @@ func TestServeFlags(t *testing.T) {
 	if err != nil || o.web.Addr != "127.0.0.1:7000" || !o.demo {
 		t.Fatalf("flags = %+v, %v", o, err)
 	}
+	// 0 means "no double reviews" on the command line, where web.Config's
+	// zero value would mean "the default share".
+	o, err = serveFlags(env(map[string]string{"TASKPILOTS_REVIEW_DOUBLE_SHARE": "0"}), nil)
+	if err != nil || o.web.Reviews.DoubleShare >= 0 {
+		t.Fatalf("double share 0 = %+v, %v", o.web.Reviews, err)
+	}
+	o, err = serveFlags(env(nil), []string{"--review-double-share", "0.25", "--review-claim-ttl", "5m"})
+	if err != nil || o.web.Reviews.DoubleShare != 0.25 || o.web.Reviews.ClaimTTL != 5*time.Minute {
+		t.Fatalf("reviews = %+v, %v", o.web.Reviews, err)
+	}
+	if _, err := serveFlags(env(nil), []string{"--review-double-share", "1.5", "--body-limit", "0"}); err == nil ||
+		!strings.Contains(err.Error(), "review-double-share") || !strings.Contains(err.Error(), "body-limit") {
+		t.Fatalf("out-of-range flags: %v", err)
+	}
 	if _, err := serveFlags(env(map[string]string{"TASKPILOTS_DEMO": "maybe"}), nil); err == nil || !strings.Contains(err.Error(), "TASKPILOTS_DEMO") {
 		t.Fatalf("malformed TASKPILOTS_DEMO: %v", err)
 	}
