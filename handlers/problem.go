@@ -33,6 +33,7 @@ var codeStatus = map[models.Code]int{
 	models.ENOTFOUND:    http.StatusNotFound,
 	models.EUNAUTH:      http.StatusUnauthorized,
 	models.EFORBIDDEN:   http.StatusForbidden,
+	models.EUNAVAILABLE: http.StatusServiceUnavailable,
 }
 
 // StatusFor maps an error to its HTTP status.
@@ -57,6 +58,8 @@ func ProblemFor(err error) Problem {
 		ve *models.ValidationError
 	)
 	switch {
+	case status == http.StatusServiceUnavailable:
+		p.Detail = "The database is unavailable for a moment; retry the request (with the same Idempotency-Key)."
 	case status >= 500:
 		p.Detail = "The server could not complete the request; it has been logged."
 	case errors.As(err, &he):
@@ -87,6 +90,9 @@ func ProblemFor(err error) Problem {
 // WriteProblem answers err as problem+json.
 func WriteProblem(c echo.Context, err error) error {
 	p := ProblemFor(err)
+	if p.Status == http.StatusServiceUnavailable {
+		c.Response().Header().Set("Retry-After", "1")
+	}
 	return c.Blob(p.Status, ProblemContentType, mustJSON(p))
 }
 

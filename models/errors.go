@@ -1,9 +1,15 @@
 package models
 
 import (
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Code classifies an error so that callers (HTTP, console, CLI) can branch on
@@ -19,6 +25,7 @@ const (
 	EIDEMPOTENCY Code = "idempotency"  // key reused with another request (422)
 	EUNAUTH      Code = "unauthorized" // no or bad credentials (401)
 	EFORBIDDEN   Code = "forbidden"    // authenticated but not allowed (403)
+	EUNAVAILABLE Code = "unavailable"  // the database cannot be reached right now (503)
 	EINTERNAL    Code = "internal"
 )
 
@@ -136,8 +143,29 @@ func ErrorCode(err error) Code {
 		return EUNAUTH
 	case errors.Is(err, ErrForbidden):
 		return EFORBIDDEN
+	case unavailable(err):
+		return EUNAVAILABLE
 	}
 	return EINTERNAL
+}
+
+// unavailable reports whether err means the database could not be reached
+// or went away (a restart, a failover), as opposed to rejecting the request.
+// Callers may retry such requests; with an idempotency key that is safe.
+func unavailable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 08: connection exception; 57P01-03: admin shutdown, crash
+		// shutdown, cannot connect now.
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr)
 }
 
 // CurrentVersion returns the session version carried by a conflict or
