@@ -53,6 +53,9 @@ type ProductMetrics struct {
 	To      time.Time            `json:"to"`
 	Overall MetricSet            `json:"overall"`
 	Queues  map[string]MetricSet `json:"queues"`
+	// SLA is where the escalations in human hands stand now (not windowed):
+	// within SLA, near breach, breached, and breach events recorded.
+	SLA SLAStats `json:"sla"`
 }
 
 // MetricSet is the five metrics for the whole system or one queue.
@@ -338,6 +341,11 @@ func (s *Store) ProductMetrics(ctx context.Context, o MetricsOpts) (ProductMetri
 			pm.Queues[o.Queue] = (&metricAcc{}).set()
 		}
 	}
+	sla, err := s.SLAStats(ctx)
+	if err != nil {
+		return ProductMetrics{}, fmt.Errorf("metrics: %w", err)
+	}
+	pm.SLA = sla
 	return pm, nil
 }
 

@@ -555,3 +555,27 @@ func TestRejectionReason(t *testing.T) {
 		}
 	}
 }
+
+// TestProductMetricsSLA checks that the product metrics carry the SLA
+// standing of escalations in human hands.
+func TestProductMetricsSLA(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		base := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+		now := base
+		s.Now = func() time.Time { return now }
+		id := storetest.Session(ctx, t, s, &storetest.SessionOpts{Priority: 1})
+		v := int64(1)
+		if _, err := s.Transition(ctx, id, models.EventSessionEscalated, "test:controller", "", models.TransitionInput{ExpectedVersion: &v, Reason: "stuck"}); err != nil {
+			t.Fatal(err)
+		}
+		now = base.Add(2 * time.Hour) // past the 15-minute P1 budget
+		pm, err := s.ProductMetrics(ctx, models.MetricsOpts{From: base.Add(-time.Hour), To: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pm.SLA.Open != 1 || pm.SLA.Breached != 1 || pm.SLA.NearBreach != 0 {
+			t.Fatalf("SLA = %+v, want one open escalation, breached", pm.SLA)
+		}
+	})
+}
