@@ -138,12 +138,13 @@ type ReviewPolicy struct {
 	ClaimTTL time.Duration
 }
 
+// withDefaults fills in defaults. It must be idempotent (Needed applies it
+// again to a policy that already went through it), so "none" stays negative
+// rather than becoming 0, which would mean "the default share".
 func (p ReviewPolicy) withDefaults() ReviewPolicy {
 	switch {
 	case p.DoubleShare == 0:
 		p.DoubleShare = DefaultReviewDoubleShare
-	case p.DoubleShare < 0:
-		p.DoubleShare = 0
 	case p.DoubleShare > 1:
 		p.DoubleShare = 1
 	}
