@@ -1,0 +1,69 @@
+package models_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
+)
+
+// TestWriteIsAtomic checks invariant 5: the state change, the event append
+// and the queue change commit in one transaction. A command whose queue
+// effect fails after the event was appended and a delegation row written
+// must leave no trace: no event, the projection unchanged, no queue row,
+// and no idempotency record.
+func TestWriteIsAtomic(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		id := storetest.Session(ctx, t, s, nil)
+		before, err := s.GetSession(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boom := errors.New("queue write failed")
+		v := int64(1)
+		_, err = s.Execute(ctx, models.Command{
+			SessionID: id, Type: models.EventDelegationCreated, Actor: "test:controller", ExpectedVersion: &v,
+			IdempotencyKey: "atomic-1",
+			Payload: models.DelegationPayload{DelegationID: "dlg_atomic", Queue: "refunds", Step: "check",
+				MaxAttempts: 3, LeaseSeconds: 30},
+			Effect: func(tx *gorm.DB, next models.State, ev models.Event) (any, error) {
+				err := tx.Exec(`INSERT INTO delegations (id, session_id, queue, step, status, attempt, max_attempts,
+					lease_seconds, available_at, created_at, updated_at)
+					VALUES ('dlg_atomic', ?, 'refunds', 'check', 'queued', 1, 3, 30, ?, ?, ?)`,
+					id, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt).Error
+				if err != nil {
+					t.Fatalf("effect insert: %v", err)
+				}
+				return nil, boom
+			},
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("execute = %v, want the effect's error", err)
+		}
+		after, err := s.GetSession(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.StateVersion != before.StateVersion || after.State != before.State || after.LastHash != before.LastHash {
+			t.Fatalf("projection changed: version %d→%d", before.StateVersion, after.StateVersion)
+		}
+		var events, delegations, keys int64
+		s.DB.Model(&models.Event{}).Where("session_id = ?", id).Count(&events)
+		s.DB.Model(&models.Delegation{}).Where("id = ?", "dlg_atomic").Count(&delegations)
+		s.DB.Table("idempotency_keys").Where("key = ?", "atomic-1").Count(&keys)
+		if events != 1 || delegations != 0 || keys != 0 {
+			t.Fatalf("after a failed effect: %d events (want 1), %d delegation rows, %d idempotency keys (want 0)",
+				events, delegations, keys)
+		}
+		// The same command without the failure then applies normally.
+		out, err := s.Delegate(ctx, id, "test:controller", "atomic-1", models.DelegateInput{Queue: "refunds", Step: "check", ExpectedVersion: &v})
+		if err != nil || out.StateVersion != 2 {
+			t.Fatalf("delegate after rollback = %+v, %v", out, err)
+		}
+	})
+}
