@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -131,31 +130,21 @@ func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
 // AdminCreateUser creates a user and audits it, in one transaction. Without
 // a password one is generated and returned (shown once, never stored).
 func (s *Store) AdminCreateUser(ctx context.Context, admin User, in CreateUserInput) (User, string, error) {
-	in.Email = strings.ToLower(strings.TrimSpace(in.Email))
-	in.Name = strings.TrimSpace(in.Name)
 	generated := ""
 	if in.Password == "" {
 		generated = RandomSecret(15)
 		in.Password = generated
 	}
-	if err := in.Validate(); err != nil {
+	u, err := s.newUser(in)
+	if err != nil {
 		return User{}, "", err
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(in.Password), BcryptCost)
-	if err != nil {
-		return User{}, "", fmt.Errorf("hash password: %w", err)
-	}
-	now := NewUTCTime(s.now())
-	u := User{ID: NewID("usr"), Email: in.Email, Name: in.Name, Role: in.Role, PasswordHash: string(hash), CreatedAt: now, UpdatedAt: now}
 	err = s.Transact(ctx, func(tx *gorm.DB) error {
 		if err := s.requireAdmin(tx, admin); err != nil {
 			return err
 		}
-		if err := tx.Create(&u).Error; err != nil {
-			if isUniqueViolation(err) {
-				return &ValidationError{Fields: []FieldError{{Field: "email", Message: "is already taken"}}}
-			}
-			return fmt.Errorf("create user %s: %w", in.Email, err)
+		if err := insertUser(tx, u); err != nil {
+			return err
 		}
 		return s.recordAdmin(tx, admin.Actor(), AdminUserCreate, "user", u.ID, nil, u.View())
 	})
@@ -268,25 +257,16 @@ func (t APIToken) View() TokenView {
 // AdminCreateToken creates an API token and audits it, in one transaction,
 // and returns the secret, which is shown once and never stored.
 func (s *Store) AdminCreateToken(ctx context.Context, admin User, name string, role Role) (string, APIToken, error) {
-	v := &ValidationError{}
-	name = strings.TrimSpace(name)
-	if !namePattern.MatchString(name) {
-		v.Add("name", "must be 1-64 letters, digits, '.', '_' or '-'")
-	}
-	if !roleIn(role, TokenRoles) {
-		v.Add("role", "must be one of controller, worker, admin")
-	}
-	if err := v.Err(); err != nil {
+	secret, t, err := s.newToken(name, role)
+	if err != nil {
 		return "", APIToken{}, err
 	}
-	secret := TokenPrefix + RandomSecret(32)
-	t := APIToken{ID: NewID("tok"), Name: name, Role: role, TokenHash: hashToken(secret), CreatedAt: NewUTCTime(s.now())}
-	err := s.Transact(ctx, func(tx *gorm.DB) error {
+	err = s.Transact(ctx, func(tx *gorm.DB) error {
 		if err := s.requireAdmin(tx, admin); err != nil {
 			return err
 		}
 		if err := tx.Create(&t).Error; err != nil {
-			return fmt.Errorf("create token %s: %w", name, err)
+			return fmt.Errorf("create token %s: %w", t.Name, err)
 		}
 		return s.recordAdmin(tx, admin.Actor(), AdminTokenCreate, "token", t.ID, nil, t.View())
 	})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+	"gorm.io/gorm"
 )
 
 // Role is what a user or an API token may do.
@@ -97,7 +98,21 @@ var BcryptCost = bcrypt.DefaultCost
 
 // CreateUser creates a user with a bcrypt-hashed password.
 func (s *Store) CreateUser(ctx context.Context, in CreateUserInput) (User, error) {
+	u, err := s.newUser(in)
+	if err != nil {
+		return User{}, err
+	}
+	if err := insertUser(s.DB.WithContext(ctx), u); err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// newUser normalises and validates in and builds the user row with a
+// bcrypt-hashed password; it writes nothing.
+func (s *Store) newUser(in CreateUserInput) (User, error) {
 	in.Email = strings.ToLower(strings.TrimSpace(in.Email))
+	in.Name = strings.TrimSpace(in.Name)
 	if err := in.Validate(); err != nil {
 		return User{}, err
 	}
@@ -106,15 +121,19 @@ func (s *Store) CreateUser(ctx context.Context, in CreateUserInput) (User, error
 		return User{}, fmt.Errorf("hash password: %w", err)
 	}
 	now := NewUTCTime(s.now())
-	u := User{ID: NewID("usr"), Email: in.Email, Name: strings.TrimSpace(in.Name), Role: in.Role,
-		PasswordHash: string(hash), CreatedAt: now, UpdatedAt: now}
-	if err := s.DB.WithContext(ctx).Create(&u).Error; err != nil {
+	return User{ID: NewID("usr"), Email: in.Email, Name: in.Name, Role: in.Role,
+		PasswordHash: string(hash), CreatedAt: now, UpdatedAt: now}, nil
+}
+
+// insertUser writes u, reporting a taken email as a field error.
+func insertUser(db *gorm.DB, u User) error {
+	if err := db.Create(&u).Error; err != nil {
 		if isUniqueViolation(err) {
-			return User{}, &ValidationError{Fields: []FieldError{{Field: "email", Message: "is already taken"}}}
+			return &ValidationError{Fields: []FieldError{{Field: "email", Message: "is already taken"}}}
 		}
-		return User{}, fmt.Errorf("create user %s: %w", in.Email, err)
+		return fmt.Errorf("create user %s: %w", u.Email, err)
 	}
-	return u, nil
+	return nil
 }
 
 // ErrBadCredentials is a failed login; it does not say which part was wrong.
@@ -200,6 +219,19 @@ func hashToken(secret string) string {
 // CreateToken creates an API token and returns its secret, which is not
 // stored and cannot be shown again.
 func (s *Store) CreateToken(ctx context.Context, name string, role Role) (string, APIToken, error) {
+	secret, t, err := s.newToken(name, role)
+	if err != nil {
+		return "", APIToken{}, err
+	}
+	if err := s.DB.WithContext(ctx).Create(&t).Error; err != nil {
+		return "", APIToken{}, fmt.Errorf("create token %s: %w", t.Name, err)
+	}
+	return secret, t, nil
+}
+
+// newToken validates a token's name and role and builds its row and secret;
+// it writes nothing.
+func (s *Store) newToken(name string, role Role) (string, APIToken, error) {
 	v := &ValidationError{}
 	name = strings.TrimSpace(name)
 	if !namePattern.MatchString(name) {
@@ -213,9 +245,6 @@ func (s *Store) CreateToken(ctx context.Context, name string, role Role) (string
 	}
 	secret := TokenPrefix + RandomSecret(32)
 	t := APIToken{ID: NewID("tok"), Name: name, Role: role, TokenHash: hashToken(secret), CreatedAt: NewUTCTime(s.now())}
-	if err := s.DB.WithContext(ctx).Create(&t).Error; err != nil {
-		return "", APIToken{}, fmt.Errorf("create token %s: %w", name, err)
-	}
 	return secret, t, nil
 }
 

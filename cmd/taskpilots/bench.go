@@ -65,12 +65,8 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 			"concurrent workers for D. Prints lifecycles per second and latencies.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return o, err
-	}
-	if len(pos) > 0 {
-		return o, usageErr("unexpected argument %q", pos[0])
 	}
 	o.databaseURL = *dbURL
 	switch {

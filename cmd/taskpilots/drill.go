@@ -116,12 +116,8 @@ func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
 			"--servers processes of this binary itself.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return o, err
-	}
-	if len(pos) > 0 {
-		return o, usageErr("unexpected argument %q", pos[0])
 	}
 	if err := d.Err(); err != nil {
 		return o, err

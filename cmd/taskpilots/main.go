@@ -263,6 +263,18 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseFlags is parseArgs for commands that take no positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("unexpected argument %q", pos[0])
+	}
+	return nil
+}
+
 // redactURL hides the password of a database URL for display.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)

@@ -85,12 +85,8 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	var o serveOpts
 	d := &envDefaults{env: env}
 	fs := serveFlagSet(env, &o, d)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return o, err
-	}
-	if len(pos) > 0 {
-		return o, usageErr("unexpected argument %q", pos[0])
 	}
 	if err := d.Err(); err != nil {
 		return o, err

@@ -45,12 +45,8 @@ func runUserCreate(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintln(env.stderr, userUsage+"\n\nflags:")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr("unexpected argument %q", pos[0])
 	}
 
 	in := models.CreateUserInput{Email: *email, Name: *name, Role: models.Role(*role)}

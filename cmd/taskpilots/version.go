@@ -42,12 +42,8 @@ func runVersion(ctx context.Context, env *cliEnv, args []string) error {
 	dbURL := fs.String("database-url", env.getenv("TASKPILOTS_DATABASE_URL"),
 		"also report this database's schema version (env TASKPILOTS_DATABASE_URL)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr("unexpected argument %q", pos[0])
 	}
 	bi, err := currentBuildInfo()
 	if err != nil {

@@ -65,12 +65,8 @@ func workerFlags(env *cliEnv, args []string) (workerOpts, error) {
 			"lets in-flight work finish.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	pos, err := parseArgs(fs, args)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return o, err
-	}
-	if len(pos) > 0 {
-		return o, usageErr("unexpected argument %q", pos[0])
 	}
 	if err := d.Err(); err != nil {
 		return o, err
