@@ -2,8 +2,6 @@ package models
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -333,11 +331,7 @@ func (s *Store) ListAdminAudit(ctx context.Context, o AdminAuditOpts) (AdminAudi
 	q := s.DB.WithContext(ctx).Model(&AdminAudit{})
 	if o.Before != "" {
 		var k auditKey
-		b, err := base64.RawURLEncoding.DecodeString(o.Before)
-		if err == nil {
-			err = json.Unmarshal(b, &k)
-		}
-		if err != nil || k.ID == "" {
+		if err := decodeCursor(o.Before, &k); err != nil || k.ID == "" {
 			return AdminAuditPage{}, &ValidationError{Fields: []FieldError{{Field: "before", Message: "is not a cursor of the admin log"}}}
 		}
 		q = q.Where("(created_at, id) < ("+s.timeParam()+", ?)", k.CreatedAt, k.ID)
@@ -350,8 +344,7 @@ func (s *Store) ListAdminAudit(ctx context.Context, o AdminAuditOpts) (AdminAudi
 	if len(rows) > o.Limit {
 		p.Rows = rows[:o.Limit]
 		last := p.Rows[o.Limit-1]
-		b, _ := json.Marshal(auditKey{CreatedAt: last.CreatedAt, ID: last.ID})
-		p.Next = base64.RawURLEncoding.EncodeToString(b)
+		p.Next = encodeCursor(auditKey{CreatedAt: last.CreatedAt, ID: last.ID})
 	}
 	return p, nil
 }

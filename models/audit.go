@@ -3,7 +3,6 @@ package models
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -131,17 +130,12 @@ type auditKey struct {
 }
 
 func encodeAuditCursor(e Event) string {
-	b, _ := json.Marshal(auditKey{CreatedAt: e.CreatedAt, ID: e.ID})
-	return base64.RawURLEncoding.EncodeToString(b)
+	return encodeCursor(auditKey{CreatedAt: e.CreatedAt, ID: e.ID})
 }
 
 func decodeAuditCursor(s string) (auditKey, error) {
 	var k auditKey
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &k)
-	}
-	if err != nil || k.ID == "" || k.CreatedAt.IsZero() {
+	if err := decodeCursor(s, &k); err != nil || k.ID == "" || k.CreatedAt.IsZero() {
 		return k, &ValidationError{Fields: []FieldError{{Field: "before", Message: "is not a cursor of the audit trail"}}}
 	}
 	return k, nil

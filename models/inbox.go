@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -133,18 +132,13 @@ type inboxKey struct {
 	ID          string  `json:"i"`
 }
 
-func encodeCursor(r InboxRow) string {
-	b, _ := json.Marshal(inboxKey{Priority: r.Priority, EscalatedAt: r.EscalatedAt, ID: r.ID})
-	return base64.RawURLEncoding.EncodeToString(b)
+func encodeInboxCursor(r InboxRow) string {
+	return encodeCursor(inboxKey{Priority: r.Priority, EscalatedAt: r.EscalatedAt, ID: r.ID})
 }
 
-func decodeCursor(s string) (inboxKey, error) {
+func decodeInboxCursor(s string) (inboxKey, error) {
 	var k inboxKey
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &k)
-	}
-	if err != nil || k.ID == "" || k.EscalatedAt.IsZero() || k.Priority < MinPriority || k.Priority > MaxPriority {
+	if err := decodeCursor(s, &k); err != nil || k.ID == "" || k.EscalatedAt.IsZero() || k.Priority < MinPriority || k.Priority > MaxPriority {
 		return k, &ValidationError{Fields: []FieldError{{Field: "after", Message: "is not a cursor of this inbox"}}}
 	}
 	return k, nil
@@ -183,7 +177,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	o.Limit = min(o.Limit, MaxInboxLimit)
 	var after *inboxKey
 	if o.After != "" {
-		k, err := decodeCursor(o.After)
+		k, err := decodeInboxCursor(o.After)
 		if err != nil {
 			return InboxPage{}, err
 		}
@@ -236,7 +230,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	page := InboxPage{Rows: rows}
 	if len(rows) > o.Limit {
 		page.Rows = rows[:o.Limit]
-		page.Next = encodeCursor(page.Rows[o.Limit-1])
+		page.Next = encodeInboxCursor(page.Rows[o.Limit-1])
 	}
 	var err error
 	page.Counts, err = s.inboxCounts(ctx, o)

@@ -3,9 +3,7 @@ package models
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -431,17 +429,12 @@ type reviewCursor struct {
 }
 
 func encodeReviewCursor(i ReviewItem) string {
-	b, _ := json.Marshal(reviewCursor{DecidedAt: i.DecidedAt, SessionID: i.SessionID, AtVersion: i.AtVersion})
-	return base64.RawURLEncoding.EncodeToString(b)
+	return encodeCursor(reviewCursor{DecidedAt: i.DecidedAt, SessionID: i.SessionID, AtVersion: i.AtVersion})
 }
 
 func decodeReviewCursor(s string) (reviewCursor, error) {
 	var c reviewCursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err != nil || c.SessionID == "" || c.DecidedAt.IsZero() {
+	if err := decodeCursor(s, &c); err != nil || c.SessionID == "" || c.DecidedAt.IsZero() {
 		return c, &ValidationError{Fields: []FieldError{{Field: "after", Message: "is not a cursor of this queue"}}}
 	}
 	return c, nil
