@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"gorm.io/gorm"
-
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -31,11 +29,13 @@ func TestWriteIsAtomic(t *testing.T) {
 			IdempotencyKey: "atomic-1",
 			Payload: models.DelegationPayload{DelegationID: "dlg_atomic", Queue: "refunds", Step: "check",
 				MaxAttempts: 3, LeaseSeconds: 30},
-			Effect: func(tx *gorm.DB, next models.State, ev models.Event) (any, error) {
-				err := tx.Exec(`INSERT INTO delegations (id, session_id, queue, step, status, attempt, max_attempts,
+			Effect: func(tx *models.Tx, next models.State, ev models.Event) (any, error) {
+				// Exec sends the event and the projection queued before it
+				// too: the failure below must undo statements that ran.
+				_, err := tx.Exec(`INSERT INTO delegations (id, session_id, queue, step, status, attempt, max_attempts,
 					lease_seconds, available_at, created_at, updated_at)
 					VALUES ('dlg_atomic', ?, 'refunds', 'check', 'queued', 1, 3, 30, ?, ?, ?)`,
-					id, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt).Error
+					id, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt)
 				if err != nil {
 					t.Fatalf("effect insert: %v", err)
 				}

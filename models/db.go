@@ -8,7 +8,6 @@ import (
 	"hash/crc64"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	"gorm.io/driver/postgres"
@@ -55,6 +56,10 @@ type Store struct {
 	url      string
 	notices  announcer
 	tokens   tokenCache
+	// pool is the PostgreSQL connection pool (nil on SQLite); DB reads
+	// through it too.
+	pool *pgxpool.Pool
+	wire wireStats
 }
 
 // OpenOpts configures Open.
@@ -93,10 +98,30 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 		Logger:                 logger.Default.LogMode(logger.Silent),
 		NowFunc:                func() time.Time { return time.Now().UTC() },
 	}
-	var db *gorm.DB
+	var (
+		db   *gorm.DB
+		pool *pgxpool.Pool
+	)
 	switch dialect {
 	case Postgres:
-		db, err = gorm.Open(postgres.Open(dsn), cfg)
+		// One pgx pool serves both the write path, which drives pgx
+		// directly (Tx), and GORM's reads, through database/sql on top.
+		pcfg, perr := pgxpool.ParseConfig(dsn)
+		if perr != nil {
+			return nil, fmt.Errorf("database url: %w", perr)
+		}
+		pcfg.MaxConns = int32(opts.MaxOpenConns)
+		if pcfg.MaxConns <= 0 {
+			pcfg.MaxConns = 20
+		}
+		pcfg.MaxConnIdleTime = 5 * time.Minute
+		if pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+			return nil, fmt.Errorf("open %s database: %w", dialect, err)
+		}
+		db, err = gorm.Open(postgres.New(postgres.Config{Conn: stdlib.OpenDBFromPool(pool)}), cfg)
+		if err != nil {
+			pool.Close()
+		}
 	case SQLite:
 		if dir := filepath.Dir(dsn); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -116,22 +141,17 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 	}
 	if dialect == SQLite {
 		sqlDB.SetMaxOpenConns(1)
-	} else {
-		n := opts.MaxOpenConns
-		if n <= 0 {
-			n = 20
-		}
-		sqlDB.SetMaxOpenConns(n)
-		sqlDB.SetMaxIdleConns(n)
-		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sqlDB.PingContext(pingCtx); err != nil {
 		sqlDB.Close()
+		if pool != nil {
+			pool.Close()
+		}
 		return nil, fmt.Errorf("connect to %s database: %w", dialect, err)
 	}
-	return &Store{DB: db, Dialect: dialect, Now: time.Now, Logger: log, Wake: NewBroker(), url: url}, nil
+	return &Store{DB: db, Dialect: dialect, Now: time.Now, Logger: log, Wake: NewBroker(), url: url, pool: pool}, nil
 }
 
 // URL is the database URL the store was opened with.
@@ -144,7 +164,11 @@ func (s *Store) Close() error {
 	if err != nil {
 		return err
 	}
-	return sqlDB.Close()
+	err = sqlDB.Close()
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	return err
 }
 
 // Ping checks that the database answers.
@@ -161,20 +185,7 @@ func (s *Store) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond
 // Transact runs fn in a transaction and retries it when the database reports
 // a serialization failure or deadlock, which are safe to retry.
 func (s *Store) Transact(ctx context.Context, fn func(tx *gorm.DB) error) error {
-	var err error
-	for attempt := 0; attempt < 8; attempt++ {
-		err = s.DB.WithContext(ctx).Transaction(fn)
-		if err == nil || !retryable(err) {
-			return err
-		}
-		backoff := time.Duration(1<<attempt)*time.Millisecond + time.Duration(rand.IntN(1000))*time.Microsecond
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-	}
-	return err
+	return s.retry(ctx, func() error { return s.DB.WithContext(ctx).Transaction(fn) })
 }
 
 func retryable(err error) bool {
@@ -192,6 +203,11 @@ func isUniqueViolation(err error) bool {
 		return pgErr.Code == "23505"
 	}
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+func isNotNullViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23502"
 }
 
 // ErrSchemaNewer means the database was migrated by a newer binary.

@@ -6,10 +6,12 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -19,21 +21,6 @@ func decodeJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	return dec.Decode(v)
-}
-
-// Canonical returns the canonical JSON encoding of v: object keys sorted,
-// numbers as written, no insignificant space. Hashes and the stored state are
-// computed over this encoding.
-func Canonical(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var generic any
-	if err := decodeJSON(b, &generic); err != nil {
-		return nil, err
-	}
-	return json.Marshal(generic)
 }
 
 // EncodeState is the stored encoding of a state. encoding/json is already
@@ -106,6 +93,21 @@ func (t UTCTime) String() string { return t.Time.UTC().Format(timeLayout) }
 // Value implements driver.Valuer.
 func (t UTCTime) Value() (driver.Value, error) { return t.String(), nil }
 
+// TimestamptzValue lets pgx send the time to PostgreSQL in binary; through
+// Value it would format a string and then parse it back.
+func (t UTCTime) TimestamptzValue() (pgtype.Timestamptz, error) {
+	return pgtype.Timestamptz{Time: t.Time, Valid: true}, nil
+}
+
+// ScanTimestamptz lets pgx read a timestamptz straight into t.
+func (t *UTCTime) ScanTimestamptz(v pgtype.Timestamptz) error {
+	if !v.Valid {
+		return errors.New("scan NULL into a non-null time")
+	}
+	*t = NewUTCTime(v.Time)
+	return nil
+}
+
 // Scan implements sql.Scanner for time.Time (PostgreSQL) and text (SQLite).
 func (t *UTCTime) Scan(src any) error {
 	switch v := src.(type) {
@@ -159,6 +161,21 @@ func (n NullTime) Value() (driver.Value, error) {
 		return nil, nil
 	}
 	return n.Time.Value()
+}
+
+// TimestamptzValue is UTCTime's, with NULL.
+func (n NullTime) TimestamptzValue() (pgtype.Timestamptz, error) {
+	return pgtype.Timestamptz{Time: n.Time.Time, Valid: n.Valid}, nil
+}
+
+// ScanTimestamptz is UTCTime's, with NULL.
+func (n *NullTime) ScanTimestamptz(v pgtype.Timestamptz) error {
+	if !v.Valid {
+		*n = NullTime{}
+		return nil
+	}
+	*n = NullTime{Time: NewUTCTime(v.Time), Valid: true}
+	return nil
 }
 
 // Scan implements sql.Scanner.

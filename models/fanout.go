@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"gorm.io/gorm"
 )
 
 // Fan-out: a parent session spawns child sessions, each a full session with
@@ -192,14 +190,14 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 	out, err := s.Execute(ctx, Command{
 		SessionID: parentID, Type: EventChildrenSpawned, Actor: actor, ExpectedVersion: in.ExpectedVersion,
 		IdempotencyKey: idemKey, Fingerprint: fp,
-		Prepare: func(tx *gorm.DB, cur State) (any, error) {
+		Prepare: func(tx *Tx, cur State) (any, error) {
 			j := join
 			j.DueAt = formatScheduled(s.now().Add(time.Duration(timeout) * time.Second))
 			return ChildrenPayload{Join: j}, nil
 		},
-		Effect: func(tx *gorm.DB, parent State, ev Event) (any, error) {
+		Effect: func(tx *Tx, parent State, ev Event) (any, error) {
 			committed = committed[:0]
-			observe := func(tx *gorm.DB, next State, ev Event) (any, error) {
+			observe := func(tx *Tx, next State, ev Event) (any, error) {
 				committed = append(committed, ev)
 				return nil, nil
 			}
@@ -223,7 +221,7 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 				insert := s.insertDelegation(p, time.Time{})
 				if _, _, err := s.ExecuteTx(tx, Command{
 					SessionID: ids[i], Type: EventDelegationCreated, Actor: actor, Payload: p,
-					Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+					Effect: func(tx *Tx, next State, ev Event) (any, error) {
 						observe(tx, next, ev)
 						return insert(tx, next, ev)
 					},
@@ -274,7 +272,7 @@ func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, erro
 	var result string
 	_, err := s.Execute(ctx, Command{
 		SessionID: parentID, Type: EventChildrenJoined, Actor: JoinActor,
-		Prepare: func(tx *gorm.DB, cur State) (any, error) {
+		Prepare: func(tx *Tx, cur State) (any, error) {
 			result = ""
 			if cur.Status != StatusWaitingChildren || cur.Join == nil {
 				return nil, errSkip
@@ -300,15 +298,21 @@ func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, erro
 	return "", fmt.Errorf("join of %s: %w", parentID, err)
 }
 
+// childRow is the part of a child's session row a join decision reads.
+type childRow struct {
+	ID    string
+	State string
+}
+
 // loadChildren reads the children's states in the join's order.
-func loadChildren(tx *gorm.DB, ids []string) ([]State, error) {
-	var rows []Session
-	if err := tx.Select("id, state").Where("id IN ?", ids).Find(&rows).Error; err != nil {
+func loadChildren(tx *Tx, ids []string) ([]State, error) {
+	rows, err := selectTx[childRow](tx, `SELECT id, state FROM sessions WHERE id IN ?`, ids)
+	if err != nil {
 		return nil, fmt.Errorf("load children: %w", err)
 	}
 	byID := make(map[string]Session, len(rows))
 	for _, r := range rows {
-		byID[r.ID] = r
+		byID[r.ID] = Session{ID: r.ID, State: r.State}
 	}
 	out := make([]State, len(ids))
 	for i, id := range ids {
@@ -497,9 +501,9 @@ ORDER BY p.id LIMIT ?`, limit).Scan(&ready).Error
 // cancelWithChildren is the effect of cancelling a session: its open
 // delegation ends (a held lease is fenced off) and its open children, and
 // theirs, are cancelled in the same transaction.
-func (s *Store) cancelWithChildren(actor string) func(tx *gorm.DB, next State, ev Event) (any, error) {
+func (s *Store) cancelWithChildren(actor string) func(tx *Tx, next State, ev Event) (any, error) {
 	end := s.endDelegation(DelegationCancelled)
-	return func(tx *gorm.DB, next State, ev Event) (any, error) {
+	return func(tx *Tx, next State, ev Event) (any, error) {
 		if _, err := end(tx, next, ev); err != nil {
 			return nil, err
 		}
@@ -510,11 +514,9 @@ func (s *Store) cancelWithChildren(actor string) func(tx *gorm.DB, next State, e
 // cancelChildren cancels every unfinished child of parentID, within tx. A
 // child's delegation is cancelled with it, so a worker holding its lease
 // gets a conflict for any later heartbeat or result.
-func (s *Store) cancelChildren(tx *gorm.DB, parentID, actor string) error {
-	var ids []string
-	err := tx.Model(&Session{}).
-		Where("parent_id = ? AND status NOT IN ?", parentID, []Status{StatusCompleted, StatusRejected, StatusCancelled}).
-		Order("id").Pluck("id", &ids).Error
+func (s *Store) cancelChildren(tx *Tx, parentID, actor string) error {
+	ids, err := selectTx[string](tx, `SELECT id FROM sessions WHERE parent_id = ? AND status NOT IN ? ORDER BY id`,
+		parentID, []Status{StatusCompleted, StatusRejected, StatusCancelled})
 	if err != nil {
 		return fmt.Errorf("session %s: children: %w", parentID, err)
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -476,7 +474,7 @@ func TestJoinTimeout(t *testing.T) {
 // never runs.
 func cancelWithoutHook(ctx context.Context, t testing.TB, s *models.Store, id string) {
 	t.Helper()
-	err := s.Transact(ctx, func(tx *gorm.DB) error {
+	err := s.Write(ctx, func(tx *models.Tx) error {
 		_, _, err := s.ExecuteTx(tx, models.Command{SessionID: id, Type: models.EventSessionCancelled, Actor: fanActor, Payload: models.ReasonPayload{Reason: "test"}})
 		return err
 	})

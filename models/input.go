@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	"gorm.io/gorm"
 )
 
 // Fact keys under which ProvideInput records a free-text answer, so that the
@@ -55,7 +53,7 @@ func (s *Store) ProvideInput(ctx context.Context, sessionID, actor, idemKey stri
 	return s.Execute(ctx, Command{
 		SessionID: sessionID, Type: EventInputProvided, Actor: actor, ExpectedVersion: in.ExpectedVersion,
 		IdempotencyKey: idemKey, Fingerprint: fp,
-		Prepare: func(tx *gorm.DB, cur State) (any, error) {
+		Prepare: func(tx *Tx, cur State) (any, error) {
 			p := InputPayload{Facts: in.Facts, Answer: answer}
 			if answer != "" {
 				// The questions are read under the session lock, so the

@@ -10,9 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // DelegationStatus is where a delegation stands in the queue.
@@ -152,8 +149,8 @@ type DelegationCreated struct {
 	DelegationID string `json:"delegation_id"`
 }
 
-func (s *Store) insertDelegation(p DelegationPayload, availableAt time.Time) func(tx *gorm.DB, next State, ev Event) (any, error) {
-	return func(tx *gorm.DB, next State, ev Event) (any, error) {
+func (s *Store) insertDelegation(p DelegationPayload, availableAt time.Time) func(tx *Tx, next State, ev Event) (any, error) {
+	return func(tx *Tx, next State, ev Event) (any, error) {
 		// No other delegation of the session can be open here: delegations are
 		// created only from statuses in which the state holds none (open,
 		// awaiting_input, human_active), and every path that leaves running
@@ -169,46 +166,43 @@ func (s *Store) insertDelegation(p DelegationPayload, availableAt time.Time) fun
 			MaxAttempts: p.MaxAttempts, LeaseSeconds: p.LeaseSeconds, AvailableAt: avail,
 			CreatedAt: now, UpdatedAt: now,
 		}
-		if err := tx.Create(&d).Error; err != nil {
-			return nil, fmt.Errorf("delegation %s: insert: %w", d.ID, err)
-		}
+		tx.Later(failWith("delegation %s: insert", d.ID),
+			`INSERT INTO delegations (id, session_id, queue, step, instructions, status, priority, attempt, max_attempts,
+				lease_seconds, lease_token, leased_by, lease_expires_at, available_at, created_at, updated_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			d.ID, d.SessionID, d.Queue, d.Step, d.Instructions, d.Status, d.Priority, d.Attempt, d.MaxAttempts,
+			d.LeaseSeconds, d.LeaseToken, d.LeasedBy, d.LeaseExpiresAt, d.AvailableAt, d.CreatedAt, d.UpdatedAt)
 		return DelegationCreated{DelegationID: d.ID}, nil
 	}
 }
 
 // endDelegation ends whatever delegation of the session is still open (the
 // lease, if any, is fenced off with it).
-func (s *Store) endDelegation(status DelegationStatus) func(tx *gorm.DB, next State, ev Event) (any, error) {
-	return func(tx *gorm.DB, next State, ev Event) (any, error) {
-		err := tx.Exec(`UPDATE delegations SET status = ?, lease_token = NULL, lease_expires_at = NULL, updated_at = ?
-			WHERE session_id = ? AND status IN ('queued', 'leased', 'held')`, status, ev.CreatedAt, next.SessionID).Error
-		if err != nil {
-			return nil, fmt.Errorf("session %s: end delegations: %w", next.SessionID, err)
-		}
+func (s *Store) endDelegation(status DelegationStatus) func(tx *Tx, next State, ev Event) (any, error) {
+	return func(tx *Tx, next State, ev Event) (any, error) {
+		tx.Later(failWith("session %s: end delegations", next.SessionID),
+			`UPDATE delegations SET status = ?, lease_token = NULL, lease_expires_at = NULL, updated_at = ?
+			WHERE session_id = ? AND status IN ('queued', 'leased', 'held')`, status, ev.CreatedAt, next.SessionID)
 		return nil, nil
 	}
 }
 
 // holdDelegation takes a paused session's delegation out of the queue and
 // revokes its lease.
-func (s *Store) holdDelegation(tx *gorm.DB, next State, ev Event) (any, error) {
-	err := tx.Exec(`UPDATE delegations SET status = 'held', lease_token = NULL, lease_expires_at = NULL, leased_by = '', updated_at = ?
-		WHERE session_id = ? AND status IN ('queued', 'leased')`, ev.CreatedAt, next.SessionID).Error
-	if err != nil {
-		return nil, fmt.Errorf("session %s: hold delegation: %w", next.SessionID, err)
-	}
+func (s *Store) holdDelegation(tx *Tx, next State, ev Event) (any, error) {
+	tx.Later(failWith("session %s: hold delegation", next.SessionID),
+		`UPDATE delegations SET status = 'held', lease_token = NULL, lease_expires_at = NULL, leased_by = '', updated_at = ?
+		WHERE session_id = ? AND status IN ('queued', 'leased')`, ev.CreatedAt, next.SessionID)
 	return nil, nil
 }
 
 // releaseHeldDelegation puts a resumed session's delegation back in the queue.
-func (s *Store) releaseHeldDelegation(tx *gorm.DB, next State, ev Event) (any, error) {
+func (s *Store) releaseHeldDelegation(tx *Tx, next State, ev Event) (any, error) {
 	// A delegation scheduled for later keeps its time.
-	err := tx.Exec(`UPDATE delegations SET status = 'queued', updated_at = ?,
+	tx.Later(failWith("session %s: release delegation", next.SessionID),
+		`UPDATE delegations SET status = 'queued', updated_at = ?,
 		available_at = CASE WHEN available_at > ? THEN available_at ELSE ? END
-		WHERE session_id = ? AND status = 'held'`, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt, next.SessionID).Error
-	if err != nil {
-		return nil, fmt.Errorf("session %s: release delegation: %w", next.SessionID, err)
-	}
+		WHERE session_id = ? AND status = 'held'`, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt, next.SessionID)
 	return nil, nil
 }
 
@@ -266,7 +260,21 @@ type claimedRow struct {
 	LeaseExpiresAt UTCTime
 }
 
-// claimSQL claims the next available delegation of a queue in one statement.
+// claimedLocked is PostgreSQL's claim row: the claimed delegation and its
+// session row, locked by the same statement.
+type claimedLocked struct {
+	ClaimedID             string
+	ClaimedSessionID      string
+	ClaimedStep           string
+	ClaimedAttempt        int
+	ClaimedInstructions   string
+	ClaimedLeaseExpiresAt UTCTime
+	Session
+}
+
+// claimSQL claims the next available delegation of a queue in one
+// statement; on PostgreSQL the same statement locks the session row too, so
+// a claim costs one round trip before its writes.
 func (s *Store) claimSQL() string {
 	if s.Dialect == Postgres {
 		return `WITH next AS (
@@ -275,12 +283,16 @@ func (s *Store) claimSQL() string {
 	ORDER BY priority, available_at, id
 	LIMIT 1
 	FOR UPDATE SKIP LOCKED
+), c AS (
+	UPDATE delegations AS d
+	SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?::timestamptz,
+	    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
+	FROM next WHERE d.id = next.id
+	RETURNING d.id AS claimed_id, d.session_id AS claimed_session_id, d.step AS claimed_step,
+	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
+	    d.lease_expires_at AS claimed_lease_expires_at
 )
-UPDATE delegations AS d
-SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?::timestamptz,
-    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
-FROM next WHERE d.id = next.id
-RETURNING d.id, d.session_id, d.step, d.attempt, d.instructions, d.lease_expires_at`
+SELECT c.*, s.* FROM c JOIN sessions s ON s.id = c.claimed_session_id FOR UPDATE OF s`
 	}
 	return `UPDATE delegations
 SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?,
@@ -302,34 +314,35 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 	if err != nil {
 		return nil, err
 	}
-	var leased Event // for the Observer
-	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *gorm.DB) (Outcome, error) {
+	var (
+		leased Event // for the Observer
+		lease  Lease
+	)
+	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *Tx) (Outcome, error) {
 		now := NewUTCTime(s.now())
 		token := newLeaseToken()
-		var rows []claimedRow
-		var q *gorm.DB
+		args := []any{token, worker, now, now.String(), queue, now}
 		if s.Dialect == Postgres {
-			q = tx.Raw(s.claimSQL(), queue, now, token, worker, now, now)
-		} else {
-			q = tx.Raw(s.claimSQL(), token, worker, now, now.String(), queue, now)
+			args = []any{queue, now, token, worker, now, now}
 		}
-		if err := q.Scan(&rows).Error; err != nil {
+		c, lock, err := s.claimNext(tx, args)
+		if err != nil {
 			return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
 		}
-		if len(rows) == 0 {
+		if c == nil {
 			return Outcome{}, errNoWork
 		}
-		c := rows[0]
 		out, _, err := s.ExecuteTx(tx, Command{
-			SessionID: c.SessionID, Type: EventDelegationLeased, Actor: actor,
+			SessionID: c.SessionID, Type: EventDelegationLeased, Actor: actor, lock: lock,
 			Payload: LeasePayload{DelegationID: c.ID, Attempt: c.Attempt, Worker: worker},
-			Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+			Effect: func(tx *Tx, next State, ev Event) (any, error) {
 				leased = ev
-				return Lease{
+				lease = Lease{
 					DelegationID: c.ID, SessionID: c.SessionID, Step: c.Step, Attempt: c.Attempt,
 					LeaseToken: token, LeaseExpiresAt: c.LeaseExpiresAt.Time,
 					Packet: BuildPacket(next, c.Instructions),
-				}, nil
+				}
+				return lease, nil
 			},
 		})
 		return out, err
@@ -350,11 +363,37 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 	if err != nil {
 		return nil, err
 	}
+	if !out.Replayed {
+		return &lease, nil
+	}
 	var l Lease
 	if err := decodeJSON(out.Data, &l); err != nil {
 		return nil, fmt.Errorf("claim from queue %s: decode lease: %w", queue, err)
 	}
 	return &l, nil
+}
+
+// claimNext runs the claim statement. It returns the claimed delegation, or
+// nil when the queue has nothing available, and on PostgreSQL the session
+// row the statement locked, as the command's lock.
+func (s *Store) claimNext(tx *Tx, args []any) (*claimedRow, func(*Tx) (Session, error), error) {
+	if s.Dialect != Postgres {
+		rows, err := selectTx[claimedRow](tx, s.claimSQL(), args...)
+		if err != nil || len(rows) == 0 {
+			return nil, nil, err
+		}
+		return &rows[0], nil, nil
+	}
+	rows, err := selectTx[claimedLocked](tx, s.claimSQL(), args...)
+	if err != nil || len(rows) == 0 {
+		return nil, nil, err
+	}
+	r := rows[0]
+	c := &claimedRow{
+		ID: r.ClaimedID, SessionID: r.ClaimedSessionID, Step: r.ClaimedStep, Attempt: r.ClaimedAttempt,
+		Instructions: r.ClaimedInstructions, LeaseExpiresAt: r.ClaimedLeaseExpiresAt,
+	}
+	return c, func(*Tx) (Session, error) { return r.Session, nil }, nil
 }
 
 // ClaimWait is Claim as a long poll: it waits up to wait for work, waking as
@@ -386,13 +425,13 @@ func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey str
 }
 
 // lockDelegation reads a delegation row, locking it on PostgreSQL.
-func (s *Store) lockDelegation(tx *gorm.DB, id string) (Delegation, error) {
-	q := tx
+func (s *Store) lockDelegation(tx *Tx, id string) (Delegation, error) {
+	q := `SELECT * FROM delegations WHERE id = ?`
 	if s.Dialect == Postgres {
-		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		q += ` FOR UPDATE`
 	}
-	var rows []Delegation
-	if err := q.Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
+	rows, err := selectTx[Delegation](tx, q, id)
+	if err != nil {
 		return Delegation{}, fmt.Errorf("delegation %s: %w", id, err)
 	}
 	if len(rows) == 0 {
@@ -403,7 +442,14 @@ func (s *Store) lockDelegation(tx *gorm.DB, id string) (Delegation, error) {
 
 // GetDelegation returns a delegation row.
 func (s *Store) GetDelegation(ctx context.Context, id string) (Delegation, error) {
-	return s.lockDelegation(s.DB.WithContext(ctx), id)
+	var rows []Delegation
+	if err := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
+		return Delegation{}, fmt.Errorf("delegation %s: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return Delegation{}, &NotFoundError{Kind: "delegation", ID: id}
+	}
+	return rows[0], nil
 }
 
 // leaseProblem says why token does not hold d's lease at now, or "".
@@ -426,7 +472,7 @@ func (s *Store) Heartbeat(ctx context.Context, delegationID, token string) (time
 		return time.Time{}, &ValidationError{Fields: []FieldError{{Field: "lease_token", Message: "is required"}}}
 	}
 	var expires time.Time
-	err := s.Transact(ctx, func(tx *gorm.DB) error {
+	err := s.Write(ctx, func(tx *Tx) error {
 		d, err := s.lockDelegation(tx, delegationID)
 		if err != nil {
 			return err
@@ -436,17 +482,17 @@ func (s *Store) Heartbeat(ctx context.Context, delegationID, token string) (time
 			return s.leaseError(tx, d, why)
 		}
 		expires = now.Add(time.Duration(d.LeaseSeconds) * time.Second)
-		return tx.Model(&Delegation{}).Where("id = ?", d.ID).
-			Updates(map[string]any{"lease_expires_at": NewUTCTime(expires), "updated_at": NewUTCTime(now)}).Error
+		tx.Later(failWith("delegation %s: heartbeat", d.ID),
+			`UPDATE delegations SET lease_expires_at = ?, updated_at = ? WHERE id = ?`, NewUTCTime(expires), NewUTCTime(now), d.ID)
+		return nil
 	})
 	return expires, err
 }
 
-func (s *Store) leaseError(tx *gorm.DB, d Delegation, why string) error {
+func (s *Store) leaseError(tx *Tx, d Delegation, why string) error {
 	le := &LeaseError{DelegationID: d.ID, SessionID: d.SessionID, Reason: why}
-	var v int64
-	if err := tx.Model(&Session{}).Select("state_version").Where("id = ?", d.SessionID).Scan(&v).Error; err == nil {
-		le.CurrentVersion = v
+	if v, err := selectTx[int64](tx, `SELECT state_version FROM sessions WHERE id = ?`, d.SessionID); err == nil && len(v) == 1 {
+		le.CurrentVersion = v[0]
 	}
 	return le
 }
@@ -480,42 +526,45 @@ func backoff(attempt int, r *mathrand.Rand) time.Duration {
 // lease is checked (409 when expired or superseded) and the event, the
 // delegation change and any retry commit together.
 func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey string, in ResultInput) (Outcome, error) {
-	// Every contract violation is listed at once, mismatches with the
-	// delegation included.
-	v := &ValidationError{}
-	if err := in.Validate(); err != nil && !errors.As(err, &v) {
-		return Outcome{}, err
-	}
-	d, err := s.GetDelegation(ctx, delegationID)
-	if err != nil {
-		if ErrorCode(err) == ENOTFOUND && v.Err() != nil {
-			return Outcome{}, v // the contract is wrong whatever the id
-		}
-		return Outcome{}, err
-	}
-	if in.SessionID != "" && in.SessionID != d.SessionID {
-		v.Add("session_id", "does not match the delegation's session %s", d.SessionID)
-	}
-	if strings.TrimSpace(in.Step) != "" && in.Step != d.Step {
-		v.Add("step", "does not match the delegation's step %q", d.Step)
-	}
-	if err := v.Err(); err != nil {
-		return Outcome{}, err
+	if err := in.Validate(); err != nil {
+		return Outcome{}, s.contractError(ctx, delegationID, in, err)
 	}
 	fp, err := fingerprintFor(idemKey, "result", delegationID, in)
 	if err != nil {
 		return Outcome{}, err
 	}
-	var retryAt time.Time
+	var (
+		d       Delegation
+		retryAt time.Time
+	)
 	return s.Execute(ctx, Command{
-		SessionID: d.SessionID, Type: resultEvents[in.ResultType], Actor: actor,
+		SessionID: in.SessionID, Type: resultEvents[in.ResultType], Actor: actor,
 		IdempotencyKey: idemKey, Fingerprint: fp,
-		Prepare: func(tx *gorm.DB, cur State) (any, error) {
-			retryAt = time.Time{}
-			d, err := s.lockDelegation(tx, delegationID)
-			if err != nil {
-				return nil, err
+		// The session (found through the delegation) and the delegation are
+		// read and locked in one round trip, in the order every write locks
+		// them: session first.
+		lock: func(tx *Tx) (Session, error) {
+			var sessions []Session
+			var dels []Delegation
+			selectLater(tx, &sessions, `SELECT * FROM sessions WHERE id = (SELECT session_id FROM delegations WHERE id = ?)`+s.forUpdate(), delegationID)
+			selectLater(tx, &dels, `SELECT * FROM delegations WHERE id = ?`+s.forUpdate(), delegationID)
+			if err := tx.flush(); err != nil {
+				return Session{}, fmt.Errorf("delegation %s: %w", delegationID, err)
 			}
+			if len(dels) == 0 {
+				return Session{}, &NotFoundError{Kind: "delegation", ID: delegationID}
+			}
+			d = dels[0]
+			if err := matchDelegation(d, in, &ValidationError{}); err != nil {
+				return Session{}, err
+			}
+			if len(sessions) == 0 {
+				return Session{}, &NotFoundError{Kind: "session", ID: d.SessionID}
+			}
+			return sessions[0], nil
+		},
+		Prepare: func(tx *Tx, cur State) (any, error) {
+			retryAt = time.Time{}
 			now := s.now()
 			if why := leaseProblem(d, in.LeaseToken, now); why != "" {
 				return nil, &LeaseError{DelegationID: d.ID, SessionID: d.SessionID, Reason: why, CurrentVersion: cur.Version}
@@ -534,26 +583,52 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 			}
 			return p, nil
 		},
-		Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
-			var err error
+		Effect: func(tx *Tx, next State, ev Event) (any, error) {
+			check := failWith("delegation %s: record result", delegationID)
 			switch {
 			case !retryAt.IsZero():
-				err = tx.Exec(`UPDATE delegations SET status = 'queued', attempt = attempt + 1, lease_token = NULL,
+				tx.Later(check, `UPDATE delegations SET status = 'queued', attempt = attempt + 1, lease_token = NULL,
 					lease_expires_at = NULL, leased_by = '', available_at = ?, updated_at = ? WHERE id = ?`,
-					NewUTCTime(retryAt), ev.CreatedAt, delegationID).Error
+					NewUTCTime(retryAt), ev.CreatedAt, delegationID)
 			case in.ResultType == ResultFailed:
-				err = tx.Exec(`UPDATE delegations SET status = 'failed', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
-					ev.CreatedAt, delegationID).Error
+				tx.Later(check, `UPDATE delegations SET status = 'failed', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+					ev.CreatedAt, delegationID)
 			default:
-				err = tx.Exec(`UPDATE delegations SET status = 'done', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
-					ev.CreatedAt, delegationID).Error
-			}
-			if err != nil {
-				return nil, fmt.Errorf("delegation %s: record result: %w", delegationID, err)
+				tx.Later(check, `UPDATE delegations SET status = 'done', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`,
+					ev.CreatedAt, delegationID)
 			}
 			return nil, nil
 		},
 	})
+}
+
+// contractError answers a result that breaks the contract: every problem is
+// listed at once, mismatches with the delegation included when it exists.
+func (s *Store) contractError(ctx context.Context, delegationID string, in ResultInput, err error) error {
+	v := &ValidationError{}
+	if !errors.As(err, &v) {
+		return err
+	}
+	d, err := s.GetDelegation(ctx, delegationID)
+	switch {
+	case err == nil:
+		_ = matchDelegation(d, in, v)
+	case ErrorCode(err) != ENOTFOUND:
+		return err
+	}
+	return v
+}
+
+// matchDelegation adds to v where a result names another session or step
+// than its delegation, and returns v's error.
+func matchDelegation(d Delegation, in ResultInput, v *ValidationError) error {
+	if in.SessionID != "" && in.SessionID != d.SessionID {
+		v.Add("session_id", "does not match the delegation's session %s", d.SessionID)
+	}
+	if strings.TrimSpace(in.Step) != "" && in.Step != d.Step {
+		v.Add("step", "does not match the delegation's step %q", d.Step)
+	}
+	return v.Err()
 }
 
 // errSkip aborts a rescue whose lease changed since it was seen.
@@ -579,7 +654,7 @@ func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
 	for _, seen := range due {
 		_, err := s.Execute(ctx, Command{
 			SessionID: seen.SessionID, Type: EventDelegationExpired, Actor: RescuerActor,
-			Prepare: func(tx *gorm.DB, cur State) (any, error) {
+			Prepare: func(tx *Tx, cur State) (any, error) {
 				d, err := s.lockDelegation(tx, seen.ID)
 				if err != nil {
 					return nil, err
@@ -593,7 +668,7 @@ func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
 					NextAttempt: d.Attempt + 1, Exhausted: d.Attempt >= d.MaxAttempts,
 				}, nil
 			},
-			Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+			Effect: func(tx *Tx, next State, ev Event) (any, error) {
 				q := `UPDATE delegations SET status = 'queued', attempt = attempt + 1, lease_token = NULL,
 					lease_expires_at = NULL, leased_by = '', available_at = ?, updated_at = ? WHERE id = ?`
 				args := []any{ev.CreatedAt, ev.CreatedAt, seen.ID}
@@ -601,7 +676,8 @@ func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
 					q = `UPDATE delegations SET status = 'failed', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`
 					args = []any{ev.CreatedAt, seen.ID}
 				}
-				return nil, tx.Exec(q, args...).Error
+				tx.Later(failWith("delegation %s: rescue", seen.ID), q, args...)
+				return nil, nil
 			},
 		})
 		switch {

@@ -569,13 +569,13 @@ func (s *Store) GetReviewView(ctx context.Context, k ReviewKey, u User) (ReviewV
 
 // lockReviewItem reads an item in tx, locking it on PostgreSQL, so that
 // claims and scores of one item are decided one at a time.
-func (s *Store) lockReviewItem(tx *gorm.DB, k ReviewKey) (ReviewItem, error) {
-	q := tx
+func (s *Store) lockReviewItem(tx *Tx, k ReviewKey) (ReviewItem, error) {
+	q := `SELECT * FROM review_items WHERE session_id = ? AND at_version = ?`
 	if s.Dialect == Postgres {
-		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		q += ` FOR UPDATE`
 	}
-	var items []ReviewItem
-	if err := q.Where("session_id = ? AND at_version = ?", k.SessionID, k.AtVersion).Limit(1).Find(&items).Error; err != nil {
+	items, err := selectTx[ReviewItem](tx, q, k.SessionID, k.AtVersion)
+	if err != nil {
 		return ReviewItem{}, fmt.Errorf("review item %s@%d: %w", k.SessionID, k.AtVersion, err)
 	}
 	if len(items) == 0 {
@@ -587,25 +587,26 @@ func (s *Store) lockReviewItem(tx *gorm.DB, k ReviewKey) (ReviewItem, error) {
 // reviewSlot checks, with the item locked, that u may score it now: not
 // decided by u, not scored by u, short of scores, and held by u or with a
 // free slot. It reports whether u holds a live claim.
-func (s *Store) reviewSlot(tx *gorm.DB, item ReviewItem, u User, now UTCTime) (bool, error) {
+func (s *Store) reviewSlot(tx *Tx, item ReviewItem, u User, now UTCTime) (bool, error) {
 	actor := u.Actor()
 	k := item.Key()
 	if item.DecidedBy == actor {
 		return false, fmt.Errorf("review of %s@%d: %w", k.SessionID, k.AtVersion, ErrOwnDecision)
 	}
-	var scored int64
-	if err := tx.Model(&ReviewScore{}).Where("session_id = ? AND at_version = ? AND reviewer = ?", k.SessionID, k.AtVersion, actor).
-		Count(&scored).Error; err != nil {
+	scored, err := selectTx[int64](tx, `SELECT count(*) FROM review_scores WHERE session_id = ? AND at_version = ? AND reviewer = ?`,
+		k.SessionID, k.AtVersion, actor)
+	if err != nil {
 		return false, fmt.Errorf("review item %s@%d: %w", k.SessionID, k.AtVersion, err)
 	}
-	if scored > 0 {
+	if scored[0] > 0 {
 		return false, &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
 	}
 	if item.Scored >= item.Needed {
 		return false, &ReviewTakenError{Key: k, Reason: ReviewFullyScored}
 	}
-	var claims []reviewClaim
-	if err := tx.Where("session_id = ? AND at_version = ? AND expires_at > ?", k.SessionID, k.AtVersion, now).Find(&claims).Error; err != nil {
+	claims, err := selectTx[reviewClaim](tx, `SELECT * FROM review_claims WHERE session_id = ? AND at_version = ? AND expires_at > ?`,
+		k.SessionID, k.AtVersion, now)
+	if err != nil {
 		return false, fmt.Errorf("review item %s@%d: claims: %w", k.SessionID, k.AtVersion, err)
 	}
 	mine, others := false, 0
@@ -632,7 +633,7 @@ func (s *Store) ClaimReview(ctx context.Context, k ReviewKey, u User, p ReviewPo
 	}
 	now := NewUTCTime(s.now())
 	expires := NewUTCTime(now.Add(p.ClaimTTL))
-	err := s.Transact(ctx, func(tx *gorm.DB) error {
+	err := s.Write(ctx, func(tx *Tx) error {
 		item, err := s.lockReviewItem(tx, k)
 		if err != nil {
 			return err
@@ -640,15 +641,13 @@ func (s *Store) ClaimReview(ctx context.Context, k ReviewKey, u User, p ReviewPo
 		if _, err := s.reviewSlot(tx, item, u, now); err != nil {
 			return err
 		}
-		if err := tx.Where("session_id = ? AND at_version = ? AND expires_at <= ?", k.SessionID, k.AtVersion, now).
-			Delete(&reviewClaim{}).Error; err != nil {
-			return fmt.Errorf("claim review: drop lapsed claims: %w", err)
-		}
-		c := reviewClaim{SessionID: k.SessionID, AtVersion: k.AtVersion, Reviewer: u.Actor(), ClaimedAt: now, ExpiresAt: expires}
-		return tx.Clauses(clause.OnConflict{
-			Columns:   []clause.Column{{Name: "session_id"}, {Name: "at_version"}, {Name: "reviewer"}},
-			DoUpdates: clause.AssignmentColumns([]string{"claimed_at", "expires_at"}),
-		}).Create(&c).Error
+		tx.Later(failWith("claim review: drop lapsed claims"),
+			`DELETE FROM review_claims WHERE session_id = ? AND at_version = ? AND expires_at <= ?`, k.SessionID, k.AtVersion, now)
+		tx.Later(failWith("claim review"),
+			`INSERT INTO review_claims (session_id, at_version, reviewer, claimed_at, expires_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (session_id, at_version, reviewer) DO UPDATE SET claimed_at = excluded.claimed_at, expires_at = excluded.expires_at`,
+			k.SessionID, k.AtVersion, u.Actor(), now, expires)
+		return nil
 	})
 	if err != nil {
 		return time.Time{}, err
@@ -768,7 +767,7 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 	return s.Execute(ctx, Command{
 		SessionID: k.SessionID, Type: EventReviewScored, Actor: actor, Payload: payload,
 		IdempotencyKey: idemKey, Fingerprint: fp,
-		Prepare: func(tx *gorm.DB, cur State) (any, error) {
+		Prepare: func(tx *Tx, cur State) (any, error) {
 			item, err := s.lockReviewItem(tx, k)
 			if err != nil {
 				return nil, err
@@ -776,27 +775,26 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 			_, err = s.reviewSlot(tx, item, u, NewUTCTime(s.now()))
 			return nil, err
 		},
-		Effect: func(tx *gorm.DB, next State, ev Event) (any, error) {
+		Effect: func(tx *Tx, next State, ev Event) (any, error) {
 			row := ReviewScore{
 				EventID: ev.ID, SessionID: k.SessionID, AtVersion: k.AtVersion, Reviewer: actor,
 				GoalClear: scores[CriterionGoalClear], StateCurrent: scores[CriterionStateCurrent],
 				EvidenceSufficient: scores[CriterionEvidenceSufficient], RisksExplicit: scores[CriterionRisksExplicit],
 				NextStepActionable: scores[CriterionNextStepActionable], ScoredAt: ev.CreatedAt,
 			}
-			if err := tx.Create(&row).Error; err != nil {
+			tx.Later(func(_ int64, err error) error {
 				if isUniqueViolation(err) {
-					return nil, &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
+					return &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
 				}
-				return nil, fmt.Errorf("score review: %w", err)
-			}
-			if err := tx.Exec(`UPDATE review_items SET scored = scored + 1 WHERE session_id = ? AND at_version = ?`,
-				k.SessionID, k.AtVersion).Error; err != nil {
-				return nil, fmt.Errorf("score review: count: %w", err)
-			}
-			if err := tx.Where("session_id = ? AND at_version = ? AND reviewer = ?", k.SessionID, k.AtVersion, actor).
-				Delete(&reviewClaim{}).Error; err != nil {
-				return nil, fmt.Errorf("score review: end claim: %w", err)
-			}
+				return failWith("score review")(0, err)
+			}, `INSERT INTO review_scores (event_id, session_id, at_version, reviewer, goal_clear, state_current,
+				evidence_sufficient, risks_explicit, next_step_actionable, scored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				row.EventID, row.SessionID, row.AtVersion, row.Reviewer, row.GoalClear, row.StateCurrent,
+				row.EvidenceSufficient, row.RisksExplicit, row.NextStepActionable, row.ScoredAt)
+			tx.Later(failWith("score review: count"),
+				`UPDATE review_items SET scored = scored + 1 WHERE session_id = ? AND at_version = ?`, k.SessionID, k.AtVersion)
+			tx.Later(failWith("score review: end claim"),
+				`DELETE FROM review_claims WHERE session_id = ? AND at_version = ? AND reviewer = ?`, k.SessionID, k.AtVersion, actor)
 			return nil, nil
 		},
 	})

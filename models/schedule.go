@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"gorm.io/gorm"
 )
 
 // Scheduling: a delegation may be queued for later (DelegateInput's
@@ -134,7 +132,7 @@ func (s *Store) ResumeSnoozed(ctx context.Context, limit int) (int, error) {
 	for _, id := range due {
 		out, err := s.Execute(ctx, Command{
 			SessionID: id, Type: EventSessionResumed, Actor: SchedulerActor,
-			Prepare: func(tx *gorm.DB, cur State) (any, error) {
+			Prepare: func(tx *Tx, cur State) (any, error) {
 				if cur.Status != StatusPaused || cur.PausedUntil == "" {
 					return nil, errSkip
 				}

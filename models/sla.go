@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"gorm.io/gorm"
 )
 
 // Escalation SLAs. Every escalation is due a fixed time after it began
@@ -327,7 +325,7 @@ func (s *Store) RecordSLABreaches(ctx context.Context, limit int) (int, error) {
 	for _, c := range due {
 		_, err := s.Execute(ctx, Command{
 			SessionID: c.ID, Type: EventEscalationSLABreached, Actor: SLAActor,
-			Prepare: func(tx *gorm.DB, cur State) (any, error) {
+			Prepare: func(tx *Tx, cur State) (any, error) {
 				return s.prepareBreach(tx, cur, c)
 			},
 		})
@@ -345,14 +343,18 @@ func (s *Store) RecordSLABreaches(ctx context.Context, limit int) (int, error) {
 
 // prepareBreach decides, under the session lock, whether the escalation seen
 // as breached still is and has no breach event yet.
-func (s *Store) prepareBreach(tx *gorm.DB, cur State, seen breachCandidate) (any, error) {
+func (s *Store) prepareBreach(tx *Tx, cur State, seen breachCandidate) (any, error) {
 	if !inHumanHands(cur.Status) || cur.Escalation == nil {
 		return nil, errSkip
 	}
-	var row struct{ EscalatedAt NullTime }
-	if err := tx.Table("sessions").Select("escalated_at").Where("id = ?", cur.SessionID).Take(&row).Error; err != nil {
+	rows, err := selectTx[NullTime](tx, `SELECT escalated_at FROM sessions WHERE id = ?`, cur.SessionID)
+	if err == nil && len(rows) != 1 {
+		err = &NotFoundError{Kind: "session", ID: cur.SessionID}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("session %s: escalated_at: %w", cur.SessionID, err)
 	}
+	row := struct{ EscalatedAt NullTime }{rows[0]}
 	if !row.EscalatedAt.Valid || !row.EscalatedAt.Time.Equal(seen.EscalatedAt.Time) {
 		return nil, errSkip // a newer escalation; a later pass judges it
 	}
@@ -361,14 +363,12 @@ func (s *Store) prepareBreach(tx *gorm.DB, cur State, seen breachCandidate) (any
 	if due.After(s.now()) {
 		return nil, errSkip
 	}
-	var recorded int64
-	err := tx.Model(&Event{}).
-		Where("session_id = ? AND type = ? AND seq > ?", cur.SessionID, EventEscalationSLABreached, cur.Escalation.AtVersion).
-		Count(&recorded).Error
+	recorded, err := selectTx[int64](tx, `SELECT count(*) FROM events WHERE session_id = ? AND type = ? AND seq > ?`,
+		cur.SessionID, EventEscalationSLABreached, cur.Escalation.AtVersion)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: breaches: %w", cur.SessionID, err)
 	}
-	if recorded > 0 {
+	if recorded[0] > 0 {
 		return nil, errSkip
 	}
 	return SLABreachPayload{

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"gorm.io/gorm"
 )
 
 // Human takeover: a support agent claims an escalated session and acts on it
@@ -228,7 +226,7 @@ type takeover struct {
 // admin) acts on a human_active session. prepare, if set, runs after that
 // check and may compute the payload from the current state.
 func (s *Store) takeoverCommand(t takeover, typ EventType, idemKey string, expected *int64, payload any,
-	prepare func(tx *gorm.DB, cur State) (any, error)) (Command, error) {
+	prepare func(tx *Tx, cur State) (any, error)) (Command, error) {
 	if !t.user.CanTakeOver() {
 		return Command{}, fmt.Errorf("%s on session %s by %s (%s): %w", t.action, t.sessionID, t.user.Email, t.user.Role, ErrForbidden)
 	}
@@ -245,7 +243,7 @@ func (s *Store) takeoverCommand(t takeover, typ EventType, idemKey string, expec
 	return Command{
 		SessionID: t.sessionID, Type: typ, Actor: actor, ExpectedVersion: expected,
 		Payload: payload, IdempotencyKey: idemKey, Fingerprint: fp,
-		Prepare: func(tx *gorm.DB, cur State) (any, error) {
+		Prepare: func(tx *Tx, cur State) (any, error) {
 			if !t.claim && cur.Status == StatusHumanActive && cur.Assignee != actor && t.user.Role != RoleAdmin {
 				return nil, fmt.Errorf("%s on session %s: it is held by %s, not %s: %w", t.action, t.sessionID, cur.Assignee, actor, ErrForbidden)
 			}
@@ -307,7 +305,7 @@ func (s *Store) release(ctx context.Context, sessionID string, u User, idemKey s
 	t := takeover{sessionID: sessionID, user: u, action: action, in: in}
 	actor := u.Actor()
 	cmd, err := s.takeoverCommand(t, EventHumanReleased, idemKey, in.ExpectedVersion, nil,
-		func(tx *gorm.DB, cur State) (any, error) {
+		func(tx *Tx, cur State) (any, error) {
 			return HumanPayload{User: actor, Forced: cur.Assignee != actor, Reason: strings.TrimSpace(in.Reason)}, nil
 		})
 	if err != nil {
@@ -371,7 +369,7 @@ func (s *Store) HandBack(ctx context.Context, sessionID string, u User, idemKey 
 	actor := u.Actor()
 	var p HumanDelegationPayload
 	cmd, err := s.takeoverCommand(t, EventHumanHandedBack, idemKey, in.ExpectedVersion, nil,
-		func(tx *gorm.DB, cur State) (any, error) {
+		func(tx *Tx, cur State) (any, error) {
 			if cur.Status != StatusHumanActive {
 				// Let Execute report the illegal transition with the current status.
 				return HumanDelegationPayload{User: actor}, nil
@@ -386,14 +384,14 @@ func (s *Store) HandBack(ctx context.Context, sessionID string, u User, idemKey 
 	if err != nil {
 		return Outcome{}, err
 	}
-	cmd.Effect = func(tx *gorm.DB, next State, ev Event) (any, error) {
+	cmd.Effect = func(tx *Tx, next State, ev Event) (any, error) {
 		return s.insertDelegation(p.DelegationPayload, time.Time{})(tx, next, ev)
 	}
 	return s.Execute(ctx, cmd)
 }
 
 // handBackDelegation builds the hand-back delegation from the escalation.
-func handBackDelegation(tx *gorm.DB, cur State, in HandBackInput, actor string) (HumanDelegationPayload, error) {
+func handBackDelegation(tx *Tx, cur State, in HandBackInput, actor string) (HumanDelegationPayload, error) {
 	step := cur.CurrentStep
 	var prev *Delegation
 	if e := cur.Escalation; e != nil {
@@ -401,8 +399,8 @@ func handBackDelegation(tx *gorm.DB, cur State, in HandBackInput, actor string) 
 			step = e.Step
 		}
 		if e.DelegationID != "" {
-			var rows []Delegation
-			if err := tx.Where("id = ?", e.DelegationID).Limit(1).Find(&rows).Error; err != nil {
+			rows, err := selectTx[Delegation](tx, `SELECT * FROM delegations WHERE id = ?`, e.DelegationID)
+			if err != nil {
 				return HumanDelegationPayload{}, fmt.Errorf("hand back session %s: read delegation %s: %w", cur.SessionID, e.DelegationID, err)
 			}
 			if len(rows) == 1 {

@@ -68,11 +68,16 @@ type Command struct {
 	// Prepare runs in the transaction after the session is locked and before
 	// the event is built. It checks fences (leases) and may return a payload
 	// computed from the current state; a nil payload keeps Command.Payload.
-	Prepare func(tx *gorm.DB, cur State) (payload any, err error)
+	Prepare func(tx *Tx, cur State) (payload any, err error)
 	// Effect runs in the same transaction after the event is appended: the
 	// queue changes that must commit or roll back with it. Its result, if not
 	// nil, becomes Outcome.Data.
-	Effect func(tx *gorm.DB, next State, ev Event) (data any, err error)
+	Effect func(tx *Tx, next State, ev Event) (data any, err error)
+	// lock, if set, finds and locks the session row in place of the lookup
+	// by SessionID, so that a command can read what it needs with the lock
+	// in one round trip (a result reads its delegation) or take a row its
+	// own statement locked already (a claim).
+	lock func(tx *Tx) (Session, error)
 }
 
 // Outcome is what a command did. For an idempotent repeat it is the first
@@ -108,7 +113,7 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		parentID string
 	)
 	effect := cmd.Effect
-	cmd.Effect = func(tx *gorm.DB, next State, e Event) (any, error) {
+	cmd.Effect = func(tx *Tx, next State, e Event) (any, error) {
 		ev, parentID = e, ""
 		if next.ParentID != "" && next.Status.Terminal() {
 			parentID = next.ParentID
@@ -118,7 +123,7 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		}
 		return effect(tx, next, e)
 	}
-	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *gorm.DB) (Outcome, error) {
+	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *Tx) (Outcome, error) {
 		out, queues, err := s.ExecuteTx(tx, cmd)
 		notify = queues
 		return out, err
@@ -185,9 +190,9 @@ func (idempotencyRow) TableName() string { return "idempotency_keys" }
 // idempotency_keys catches them at the end of the transaction, which saves a
 // round trip on every first call. A repeat may do the work again inside the
 // transaction, but it can never commit it.
-func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, fn func(tx *gorm.DB) (Outcome, error)) (Outcome, error) {
+func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, fn func(tx *Tx) (Outcome, error)) (Outcome, error) {
 	var out Outcome
-	err := s.Transact(ctx, func(tx *gorm.DB) error {
+	err := s.Write(ctx, func(tx *Tx) error {
 		var err error
 		if out, err = fn(tx); err != nil {
 			return err
@@ -199,8 +204,10 @@ func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, 
 		if err != nil {
 			return err
 		}
-		return tx.Exec(`INSERT INTO idempotency_keys (scope, key, fingerprint, outcome, created_at) VALUES (?, ?, ?, ?, ?)`,
-			scope, key, fingerprint, string(b), NewUTCTime(s.now())).Error
+		tx.Later(failWith("idempotency key %q", key),
+			`INSERT INTO idempotency_keys (scope, key, fingerprint, outcome, created_at) VALUES (?, ?, ?, ?, ?)`,
+			scope, key, fingerprint, string(b), NewUTCTime(s.now()))
+		return nil
 	})
 	if err != nil && key != "" && ErrorCode(err) != EIDEMPOTENCY {
 		// The key was used before (unique violation), or an earlier call with
@@ -236,15 +243,20 @@ func lookupIdempotency(db *gorm.DB, scope, key, fingerprint string) (Outcome, bo
 	return out, true, nil
 }
 
+// forUpdate is the row-locking clause of the dialect: SQLite has none and
+// needs none, since its single connection serialises writers.
+func (s *Store) forUpdate() string {
+	if s.Dialect == Postgres {
+		return ` FOR UPDATE`
+	}
+	return ""
+}
+
 // lockSession reads a session's projection row, locking it on PostgreSQL.
 // (SQLite serialises writers on its single connection.)
-func (s *Store) lockSession(tx *gorm.DB, id string) (Session, error) {
-	q := `SELECT * FROM sessions WHERE id = ?`
-	if s.Dialect == Postgres {
-		q += ` FOR UPDATE`
-	}
-	var rows []Session
-	if err := tx.Raw(q, id).Scan(&rows).Error; err != nil {
+func (s *Store) lockSession(tx *Tx, id string) (Session, error) {
+	rows, err := selectTx[Session](tx, `SELECT * FROM sessions WHERE id = ?`+s.forUpdate(), id)
+	if err != nil {
 		return Session{}, fmt.Errorf("session %s: %w", id, err)
 	}
 	if len(rows) == 0 {
@@ -256,7 +268,7 @@ func (s *Store) lockSession(tx *gorm.DB, id string) (Session, error) {
 // ExecuteTx is Execute's body inside a caller's transaction, for writes that
 // must share a transaction with other statements (the lease claim). It
 // returns the queues to wake after commit.
-func (s *Store) ExecuteTx(tx *gorm.DB, cmd Command) (Outcome, []string, error) {
+func (s *Store) ExecuteTx(tx *Tx, cmd Command) (Outcome, []string, error) {
 	var (
 		row     Session
 		cur     State
@@ -268,7 +280,13 @@ func (s *Store) ExecuteTx(tx *gorm.DB, cmd Command) (Outcome, []string, error) {
 			cmd.SessionID = NewID("ses")
 		}
 	} else {
-		if row, err = s.lockSession(tx, cmd.SessionID); err != nil {
+		if cmd.lock != nil {
+			row, err = cmd.lock(tx)
+			cmd.SessionID = row.ID
+		} else {
+			row, err = s.lockSession(tx, cmd.SessionID)
+		}
+		if err != nil {
 			return Outcome{}, nil, err
 		}
 		if cur, err = row.Decode(); err != nil {
@@ -323,9 +341,7 @@ func (s *Store) ExecuteTx(tx *gorm.DB, cmd Command) (Outcome, []string, error) {
 		// Claims, releases and notes do not restart the escalation clock.
 		proj.EscalatedAt = row.EscalatedAt
 	}
-	if err := s.appendEvent(tx, creates, proj, cur.Version, ev); err != nil {
-		return Outcome{}, nil, err
-	}
+	s.appendEvent(tx, creates, proj, cur.Version, ev)
 	out := Outcome{SessionID: cmd.SessionID, Status: next.Status, StateVersion: next.Version, EventID: ev.ID, Seq: ev.Seq}
 	if cmd.Effect != nil {
 		data, err := cmd.Effect(tx, next, ev)
@@ -352,80 +368,55 @@ const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goa
 
 const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at)`
 
-// appendEvent writes the projection (insert or versioned update) and the
-// event. On PostgreSQL the update and the insert are one statement, so that
-// a write costs as few round trips as possible; the insert happens only when
-// the update matched the expected version.
-func (s *Store) appendEvent(tx *gorm.DB, creates bool, p Session, before int64, ev Event) error {
+// appendEvent queues the projection write (an insert, or an update
+// conditional on the version read) and the event. On PostgreSQL the two are
+// one statement; the event is inserted only when the update matched the
+// expected version. Either way a lost race ends in a ConflictError when the
+// statements are sent.
+func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Event) {
 	conflict := &ConflictError{SessionID: ev.SessionID, ExpectedVersion: before, CurrentVersion: before + 1}
-	set := []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-		p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.ID, before}
-	evArgs := []any{ev.ID, ev.SessionID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter,
-		ev.Payload, ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt}
 	if creates {
-		insert := `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
-			current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-		args := []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt}
-		if s.Dialect == Postgres {
-			err := tx.Exec(`WITH s AS (`+insert+` RETURNING id)
-				INSERT INTO events `+insertEventCols+`
-				SELECT ?, s.id, ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz FROM s`,
-				append(args, ev.ID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter, ev.Payload,
-					ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt)...).Error
-			if err != nil && isUniqueViolation(err) {
-				return &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}
-			}
-			if err != nil {
-				return fmt.Errorf("session %s: insert: %w", ev.SessionID, err)
-			}
-			return nil
-		}
-		err := tx.Exec(insert, args...).Error
-		if err != nil {
-			if isUniqueViolation(err) {
-				return &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}
-			}
-			return fmt.Errorf("session %s: insert: %w", ev.SessionID, err)
-		}
-		return s.insertEvent(tx, evArgs, conflict)
+		conflict = &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}
 	}
-	if s.Dialect == Postgres {
-		res := tx.Exec(`WITH u AS (`+updateSessionSet+` RETURNING id)
-			INSERT INTO events `+insertEventCols+`
-			SELECT ?, u.id, ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz FROM u`,
-			append(set, ev.ID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter, ev.Payload,
-				ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt)...)
+	check := func(rows int64, err error) error {
 		switch {
-		case res.Error != nil && isUniqueViolation(res.Error):
+		case err != nil && (isUniqueViolation(err) || isNotNullViolation(err)):
 			return conflict
-		case res.Error != nil:
-			return fmt.Errorf("session %s: append event %d: %w", ev.SessionID, ev.Seq, res.Error)
-		case res.RowsAffected != 1:
+		case err != nil:
+			return fmt.Errorf("session %s: append event %d: %w", ev.SessionID, ev.Seq, err)
+		case rows != 1:
 			return conflict
 		}
 		return nil
 	}
-	res := tx.Exec(updateSessionSet, set...)
-	if res.Error != nil {
-		return fmt.Errorf("session %s: update projection: %w", ev.SessionID, res.Error)
+	evArgs := []any{ev.ID, ev.SessionID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter,
+		ev.Payload, ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt}
+	var write string
+	var args []any
+	if creates {
+		write = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
+			current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		args = []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
+			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt}
+	} else {
+		write = updateSessionSet
+		args = []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
+			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.ID, before}
 	}
-	if res.RowsAffected != 1 {
-		return conflict
+	if s.Dialect == Postgres {
+		// When the update misses (another writer moved the version on), the
+		// subquery yields NULL and the event insert fails on events'
+		// NOT NULL session_id: the statement itself fails, so nothing queued
+		// with it can commit (the COMMIT may be in the same batch).
+		tx.Later(check, `WITH w AS (`+write+` RETURNING id)
+			INSERT INTO events `+insertEventCols+`
+			VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`,
+			append(append(args, evArgs[0]), evArgs[2:]...)...)
+		return
 	}
-	return s.insertEvent(tx, evArgs, conflict)
-}
-
-func (s *Store) insertEvent(tx *gorm.DB, args []any, conflict error) error {
-	err := tx.Exec(`INSERT INTO events `+insertEventCols+` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, args...).Error
-	if err != nil {
-		if isUniqueViolation(err) {
-			return conflict
-		}
-		return fmt.Errorf("append event: %w", err)
-	}
-	return nil
+	tx.Later(check, write, args...)
+	tx.Later(check, `INSERT INTO events `+insertEventCols+` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, evArgs...)
 }
 
 // NotifyChannel is the PostgreSQL channel on which queue names are announced

@@ -224,9 +224,11 @@ type benchReport struct {
 	ResultP99Ms      float64 `json:"result_p99_ms"`
 	LifecycleP50Ms   float64 `json:"lifecycle_p50_ms"`
 	LifecycleP99Ms   float64 `json:"lifecycle_p99_ms"`
-	// DBStatementsPerLifecycle counts the SQL statements the store sent
-	// (BEGIN and COMMIT not included), over all lifecycles.
+	// DBStatementsPerLifecycle counts the SQL statements the store sent,
+	// BEGIN and COMMIT included, over all lifecycles; DBRoundTripsPerLifecycle
+	// the round trips they took (the write path pipelines on PostgreSQL).
 	DBStatementsPerLifecycle float64 `json:"db_statements_per_lifecycle"`
+	DBRoundTripsPerLifecycle float64 `json:"db_round_trips_per_lifecycle"`
 	IdempotencyKeys          bool    `json:"idempotency_keys"`
 }
 
@@ -253,7 +255,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if _, err := s.MigrateUp(ctx); err != nil {
 		return schemaError(err)
 	}
-	statements := countStatements(s.DB)
+	wire := countStatements(s)
 	run := models.RandomSecret(6)
 	queue := "bench-" + strings.NewReplacer("_", "x", "-", "x").Replace(run)
 
@@ -305,7 +307,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	samples := make([]*benchSamples, o.workers)
-	stmt0 := statements.Load()
+	stmt0, rt0 := wire()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range o.workers {
@@ -318,9 +320,9 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	stmts := statements.Load() - stmt0
+	stmts, rts := wire()
 
-	rep := summarise(o, string(s.Dialect), elapsed, samples, stmts)
+	rep := summarise(o, string(s.Dialect), elapsed, samples, stmts-stmt0, rts-rt0)
 	printBench(env.stdout, rep, samples)
 	if o.json {
 		b, _ := json.Marshal(rep)
@@ -388,7 +390,7 @@ func benchWorkerLoop(ctx context.Context, lc lifecycler, queue, name string, out
 	}
 }
 
-func summarise(o benchOpts, dialect string, elapsed time.Duration, samples []*benchSamples, stmts int64) benchReport {
+func summarise(o benchOpts, dialect string, elapsed time.Duration, samples []*benchSamples, stmts, roundTrips int64) benchReport {
 	var create, delegate, lease, result, whole []time.Duration
 	rep := benchReport{Mode: o.mode, QueuePerWorker: o.ownQueues, Dialect: dialect, Workers: o.workers, DurationS: round3(elapsed.Seconds()), IdempotencyKeys: o.idemKeys || o.mode == "http"}
 	for _, s := range samples {
@@ -409,6 +411,7 @@ func summarise(o benchOpts, dialect string, elapsed time.Duration, samples []*be
 	rep.LifecycleP50Ms, rep.LifecycleP99Ms = pct(whole, 0.50), pct(whole, 0.99)
 	if rep.Lifecycles > 0 {
 		rep.DBStatementsPerLifecycle = round3(float64(stmts) / float64(rep.Lifecycles))
+		rep.DBRoundTripsPerLifecycle = round3(float64(roundTrips) / float64(rep.Lifecycles))
 	}
 	return rep
 }
@@ -435,7 +438,8 @@ func printBench(w io.Writer, r benchReport, samples []*benchSamples) {
 	fmt.Fprintf(w, "lease        %8.2f %8.2f\n", r.LeaseP50Ms, r.LeaseP99Ms)
 	fmt.Fprintf(w, "result       %8.2f %8.2f\n", r.ResultP50Ms, r.ResultP99Ms)
 	fmt.Fprintf(w, "lifecycle    %8.2f %8.2f\n", r.LifecycleP50Ms, r.LifecycleP99Ms)
-	fmt.Fprintf(w, "db statements per lifecycle: %.1f (plus BEGIN/COMMIT)\n", r.DBStatementsPerLifecycle)
+	fmt.Fprintf(w, "db statements per lifecycle: %.1f (BEGIN/COMMIT included) in %.1f round trips\n",
+		r.DBStatementsPerLifecycle, r.DBRoundTripsPerLifecycle)
 	for _, s := range samples {
 		if s.firstErr != nil {
 			fmt.Fprintf(w, "first error: %v\n", s.firstErr)
@@ -444,9 +448,12 @@ func printBench(w io.Writer, r benchReport, samples []*benchSamples) {
 	}
 }
 
-// countStatements counts the SQL statements GORM sends through db.
-func countStatements(db *gorm.DB) *atomic.Int64 {
+// countStatements returns a reader of the statements and round trips s has
+// sent so far: the write path's own counts, plus one of each per statement
+// GORM sends (reads outside transactions, such as token lookups).
+func countStatements(s *models.Store) func() (statements, roundTrips int64) {
 	n := &atomic.Int64{}
+	db := s.DB
 	inc := func(*gorm.DB) { n.Add(1) }
 	cb := db.Callback()
 	_ = cb.Create().After("gorm:create").Register("bench:count", inc)
@@ -455,5 +462,9 @@ func countStatements(db *gorm.DB) *atomic.Int64 {
 	_ = cb.Delete().After("gorm:delete").Register("bench:count", inc)
 	_ = cb.Row().After("gorm:row").Register("bench:count", inc)
 	_ = cb.Raw().After("gorm:raw").Register("bench:count", inc)
-	return n
+	return func() (int64, int64) {
+		st, rt := s.WireStats()
+		g := n.Load()
+		return st + g, rt + g
+	}
 }

@@ -1,0 +1,228 @@
+package models
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Canonical returns the canonical JSON encoding of v: object keys sorted,
+// numbers as written, no insignificant space. Hashes and the stored state are
+// computed over this encoding.
+//
+// It is defined as encoding v, decoding the result into generic values
+// (numbers kept as json.Number) and encoding those again. Every write
+// canonicalises its payload and most hash their fingerprint, so rather than
+// build the generic values it rewrites the first encoding in place: members
+// sorted by key, strings and numbers copied as they are unless their bytes
+// could come out differently from a decode and encode, which then do exactly
+// that for the one string. TestCanonicalMatchesRoundTrip holds the two to the
+// same bytes.
+func Canonical(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	c := canonicalizer{src: b}
+	out, err := c.value(make([]byte, 0, len(b)))
+	if err != nil {
+		return nil, fmt.Errorf("canonical json: %w", err)
+	}
+	return out, nil
+}
+
+// canonicalizer rewrites json.Marshal output (valid and compact JSON) into
+// the canonical form.
+type canonicalizer struct {
+	src []byte
+	i   int
+}
+
+// member is one object member: its decoded key (the sort order) and its
+// canonical encoding, key included.
+type member struct {
+	key string
+	enc []byte
+}
+
+func (c *canonicalizer) value(dst []byte) ([]byte, error) {
+	c.skipSpace()
+	if c.i >= len(c.src) {
+		return nil, fmt.Errorf("unexpected end at %d", c.i)
+	}
+	switch c.src[c.i] {
+	case '{':
+		return c.object(dst)
+	case '[':
+		return c.array(dst)
+	case '"':
+		s, raw, err := c.string()
+		if err != nil {
+			return nil, err
+		}
+		return appendCanonicalString(dst, s, raw)
+	default:
+		// Numbers, true, false and null come out as they went in.
+		start := c.i
+		for c.i < len(c.src) && !strings.ContainsRune(",]} \t\r\n", rune(c.src[c.i])) {
+			c.i++
+		}
+		return append(dst, c.src[start:c.i]...), nil
+	}
+}
+
+func (c *canonicalizer) object(dst []byte) ([]byte, error) {
+	c.i++ // {
+	var members []member
+	for {
+		c.skipSpace()
+		if c.i < len(c.src) && c.src[c.i] == '}' {
+			c.i++
+			break
+		}
+		if len(members) > 0 {
+			if err := c.expect(','); err != nil {
+				return nil, err
+			}
+			c.skipSpace()
+		}
+		key, raw, err := c.string()
+		if err != nil {
+			return nil, err
+		}
+		if err := c.expect(':'); err != nil {
+			return nil, err
+		}
+		enc, err := appendCanonicalString(nil, key, raw)
+		if err != nil {
+			return nil, err
+		}
+		enc = append(enc, ':')
+		if enc, err = c.value(enc); err != nil {
+			return nil, err
+		}
+		members = append(members, member{key: key, enc: enc})
+	}
+	// A decode keeps the last of duplicate keys; the stable sort keeps
+	// their order, so the last of each run is the one to write.
+	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+	dst = append(dst, '{')
+	first := true
+	for i, m := range members {
+		if i+1 < len(members) && members[i+1].key == m.key {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, m.enc...)
+	}
+	return append(dst, '}'), nil
+}
+
+func (c *canonicalizer) array(dst []byte) ([]byte, error) {
+	c.i++ // [
+	dst = append(dst, '[')
+	for n := 0; ; n++ {
+		c.skipSpace()
+		if c.i < len(c.src) && c.src[c.i] == ']' {
+			c.i++
+			return append(dst, ']'), nil
+		}
+		if n > 0 {
+			if err := c.expect(','); err != nil {
+				return nil, err
+			}
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = c.value(dst); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// string reads a string token. It returns the decoded value and the raw
+// token (quotes included).
+func (c *canonicalizer) string() (string, []byte, error) {
+	if c.i >= len(c.src) || c.src[c.i] != '"' {
+		return "", nil, fmt.Errorf("expected a string at %d", c.i)
+	}
+	start := c.i
+	escaped := false
+	for c.i++; c.i < len(c.src); c.i++ {
+		switch c.src[c.i] {
+		case '\\':
+			escaped = true
+			c.i++
+		case '"':
+			c.i++
+			raw := c.src[start:c.i]
+			if !escaped && utf8.Valid(raw) {
+				return string(raw[1 : len(raw)-1]), raw, nil
+			}
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return "", nil, err
+			}
+			return s, raw, nil
+		}
+	}
+	return "", nil, fmt.Errorf("unterminated string at %d", start)
+}
+
+// appendCanonicalString writes the string s, whose token was raw, as a
+// decode and encode would: raw itself when that is certain to be the same
+// bytes (no escapes, nothing encoding/json escapes, valid UTF-8).
+func appendCanonicalString(dst []byte, s string, raw []byte) ([]byte, error) {
+	if plainString(raw) {
+		return append(dst, raw...), nil
+	}
+	enc, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, enc...), nil
+}
+
+func plainString(raw []byte) bool {
+	body := raw[1 : len(raw)-1]
+	ascii := true
+	for _, b := range body {
+		switch {
+		case b == '\\', b == '<', b == '>', b == '&', b < 0x20:
+			return false
+		case b >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	if ascii {
+		return true
+	}
+	// encoding/json escapes U+2028 and U+2029 and replaces invalid UTF-8.
+	return utf8.Valid(body) && !bytes.Contains(body, []byte("\u2028")) && !bytes.Contains(body, []byte("\u2029"))
+}
+
+func (c *canonicalizer) skipSpace() {
+	for c.i < len(c.src) {
+		switch c.src[c.i] {
+		case ' ', '\t', '\r', '\n':
+			c.i++
+		default:
+			return
+		}
+	}
+}
+
+func (c *canonicalizer) expect(b byte) error {
+	c.skipSpace()
+	if c.i >= len(c.src) || c.src[c.i] != b {
+		return fmt.Errorf("expected %q at %d", b, c.i)
+	}
+	c.i++
+	return nil
+}

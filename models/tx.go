@@ -1,0 +1,396 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"gorm.io/gorm"
+)
+
+// Tx is the transaction of the single write path: the statements that move
+// a session, its events and its queue rows together (Execute, Claim).
+//
+// Statements are queued and sent in groups. Later queues a statement whose
+// outcome is only checked when it is sent; Exec and Select queue theirs and
+// send everything queued, because the caller needs the answer now; the
+// commit sends the rest. On PostgreSQL a group is one pgx batch, so a
+// command costs two or three round trips (BEGIN travels with the first
+// read, COMMIT with the last writes) instead of one per statement, and it
+// skips GORM and database/sql. What a write costs in round trips and client
+// CPU is what bounds throughput on a small machine (README, "Benchmark
+// results"). On SQLite the groups run statement by statement inside a GORM
+// transaction, with the same order and the same error rules: a failed
+// statement fails the command, and nothing queued after it runs.
+type Tx struct {
+	ctx     context.Context
+	s       *Store
+	gdb     *gorm.DB      // SQLite
+	conn    *pgxpool.Conn // PostgreSQL
+	pending []txStmt
+	sent    bool  // something was sent already (PostgreSQL)
+	err     error // the first failure; every later call returns it
+}
+
+// txStmt is one queued statement: an exec with a check of its outcome, or a
+// query with a reader for its rows (one per dialect).
+type txStmt struct {
+	sql   string
+	args  []any
+	check func(rows int64, err error) error
+	pg    func(pgx.Rows) error
+	lite  func(db *gorm.DB) error
+	// commit marks the COMMIT, whose failure modes differ from a statement's.
+	commit bool
+}
+
+// wireStats counts what the write path sends, for the benchmark.
+type wireStats struct {
+	statements atomic.Int64
+	roundTrips atomic.Int64
+}
+
+// WireStats returns the statements and the round trips the write path has
+// sent so far (on SQLite a round trip is one statement).
+func (s *Store) WireStats() (statements, roundTrips int64) {
+	return s.wire.statements.Load(), s.wire.roundTrips.Load()
+}
+
+// failWith is the check of a statement that has nothing to check but its
+// error, which it wraps with context.
+func failWith(format string, a ...any) func(int64, error) error {
+	return func(_ int64, err error) error {
+		if err != nil {
+			return fmt.Errorf(format+": %w", append(a, err)...)
+		}
+		return nil
+	}
+}
+
+// Later queues a statement; check sees the rows it affected and its error
+// when it has run, and returns what the command should fail with (nil to go
+// on).
+//
+// On PostgreSQL the COMMIT travels in the same batch as the last queued
+// statements, so by the time a check runs the transaction may be committed:
+// a check may name or wrap an error, but a condition the command depends on
+// must make the statement itself fail (see appendEvent), not only its check.
+func (t *Tx) Later(check func(rows int64, err error) error, query string, args ...any) {
+	t.pending = append(t.pending, txStmt{sql: query, args: args, check: check})
+}
+
+// Exec runs a statement, and everything queued before it, now.
+func (t *Tx) Exec(query string, args ...any) (int64, error) {
+	var n int64
+	var execErr error
+	t.Later(func(rows int64, err error) error {
+		n, execErr = rows, err
+		return err
+	}, query, args...)
+	if err := t.flush(); err != nil {
+		if execErr != nil {
+			return 0, execErr
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+// selectTx runs a query, and everything queued before it, now, and returns
+// its rows: structs are filled by column name (snake_case columns to
+// CamelCase fields, as GORM does; embedded structs too), other types from a
+// single column.
+func selectTx[T any](t *Tx, query string, args ...any) ([]T, error) {
+	var out []T
+	queryErr := selectLater(t, &out, query, args...)
+	if err := t.flush(); err != nil {
+		if *queryErr != nil {
+			return nil, *queryErr
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// selectLater queues a query whose rows land in *dest when it is sent, so
+// that several reads share a round trip. The returned error is the query's
+// own, once it has run.
+func selectLater[T any](t *Tx, dest *[]T, query string, args ...any) *error {
+	queryErr := new(error)
+	st := txStmt{sql: query, args: args}
+	st.lite = func(db *gorm.DB) error {
+		*queryErr = db.Raw(query, args...).Scan(dest).Error
+		return *queryErr
+	}
+	st.pg = func(rows pgx.Rows) error {
+		var err error
+		if byName[T]() {
+			*dest, err = pgx.CollectRows(rows, pgx.RowToStructByNameLax[T])
+		} else {
+			*dest, err = pgx.CollectRows(rows, pgx.RowTo[T])
+		}
+		*queryErr = err
+		return err
+	}
+	t.pending = append(t.pending, st)
+	return queryErr
+}
+
+// byName reports whether T is read by column name: a struct that is not a
+// value type of its own (a time, a scanner).
+func byName[T any]() bool {
+	typ := reflect.TypeFor[T]()
+	if typ.Kind() != reflect.Struct || typ == reflect.TypeFor[time.Time]() {
+		return false
+	}
+	return !reflect.PointerTo(typ).Implements(reflect.TypeFor[interface{ Scan(any) error }]())
+}
+
+// flush sends the queued statements and runs their checks in order; it
+// stops at the first failure, which it keeps.
+func (t *Tx) flush() error {
+	if t.err != nil {
+		t.pending = t.pending[:0]
+		return t.err
+	}
+	if len(t.pending) == 0 {
+		return nil
+	}
+	if t.conn != nil {
+		t.err = t.flushPostgres()
+	} else {
+		t.err = t.flushSQLite()
+	}
+	t.pending = t.pending[:0]
+	return t.err
+}
+
+func (t *Tx) flushSQLite() error {
+	for _, st := range t.pending {
+		t.s.wire.statements.Add(1)
+		t.s.wire.roundTrips.Add(1)
+		if st.lite != nil {
+			if err := st.lite(t.gdb); err != nil {
+				return err
+			}
+			continue
+		}
+		res := t.gdb.Exec(st.sql, st.args...)
+		if err := st.check(res.RowsAffected, res.Error); err != nil {
+			return err
+		}
+		if res.Error != nil {
+			return res.Error
+		}
+	}
+	return nil
+}
+
+func (t *Tx) flushPostgres() error {
+	var b pgx.Batch
+	for _, st := range t.pending {
+		q, args := rebind(st.sql, st.args)
+		b.Queue(q, args...)
+	}
+	t.s.wire.statements.Add(int64(len(t.pending)))
+	t.s.wire.roundTrips.Add(1)
+	t.sent = true
+	br := t.conn.SendBatch(t.ctx, &b)
+	var first error
+	for _, st := range t.pending {
+		var err error
+		switch {
+		case st.pg != nil:
+			rows, qerr := br.Query()
+			if qerr != nil {
+				if rows != nil {
+					rows.Close()
+				}
+				err = qerr
+			} else {
+				err = st.pg(rows)
+			}
+		case st.commit:
+			ct, cerr := br.Exec()
+			if cerr == nil && ct.String() != "COMMIT" {
+				cerr = fmt.Errorf("commit: the transaction was rolled back (%s)", ct.String())
+			}
+			err = st.check(0, cerr)
+		default:
+			ct, xerr := br.Exec()
+			err = st.check(ct.RowsAffected(), xerr)
+			if err == nil && xerr != nil {
+				err = xerr
+			}
+		}
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	if cerr := br.Close(); first == nil && cerr != nil {
+		first = cerr
+	}
+	return first
+}
+
+// rebind turns GORM-style ? placeholders into PostgreSQL's $n, expanding a
+// slice argument into a parenthesised list (for IN ?), as GORM does. Question marks in
+// string literals are left alone.
+func rebind(query string, args []any) (string, []any) {
+	hasSlice := false
+	for _, a := range args {
+		if isListArg(a) {
+			hasSlice = true
+			break
+		}
+	}
+	if !hasSlice {
+		if q, ok := rebound.Load(query); ok {
+			return q.(string), args
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(query) + 16)
+	out := args
+	if hasSlice {
+		out = make([]any, 0, len(args))
+	}
+	n, inQuote := 0, false
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		if c == '\'' {
+			inQuote = !inQuote
+		}
+		if c != '?' || inQuote || n >= len(args) {
+			b.WriteByte(c)
+			continue
+		}
+		a := args[n]
+		n++
+		if !hasSlice {
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		if !isListArg(a) {
+			out = append(out, a)
+			fmt.Fprintf(&b, "$%d", len(out))
+			continue
+		}
+		v := reflect.ValueOf(a)
+		if v.Len() == 0 {
+			b.WriteString("(NULL)") // matches nothing, like an empty list
+			continue
+		}
+		b.WriteByte('(')
+		for j := range v.Len() {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			out = append(out, v.Index(j).Interface())
+			fmt.Fprintf(&b, "$%d", len(out))
+		}
+		b.WriteByte(')')
+	}
+	q := b.String()
+	if !hasSlice {
+		rebound.Store(query, q)
+	}
+	return q, out
+}
+
+// rebound caches rebind's answers for queries without list arguments: the
+// write path sends the same few dozen statements over and over.
+var rebound sync.Map
+
+func isListArg(a any) bool {
+	if a == nil {
+		return false
+	}
+	k := reflect.TypeOf(a).Kind()
+	return k == reflect.Slice && reflect.TypeOf(a).Elem().Kind() != reflect.Uint8
+}
+
+// Write runs fn in a write transaction and commits it, retrying the whole
+// of it when the database reports a serialization failure or a deadlock. fn
+// may run more than once, so it must not have effects outside tx.
+func (s *Store) Write(ctx context.Context, fn func(tx *Tx) error) error {
+	return s.retry(ctx, func() error {
+		if s.pool == nil {
+			return s.DB.WithContext(ctx).Transaction(func(gdb *gorm.DB) error {
+				t := &Tx{ctx: ctx, s: s, gdb: gdb}
+				if err := fn(t); err != nil {
+					return err
+				}
+				return t.flush()
+			})
+		}
+		return s.writePostgres(ctx, fn)
+	})
+}
+
+func (s *Store) writePostgres(ctx context.Context, fn func(tx *Tx) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer conn.Release()
+	t := &Tx{ctx: ctx, s: s, conn: conn}
+	t.Later(failWith("begin"), "BEGIN")
+	err = fn(t)
+	if err == nil {
+		if !t.sent {
+			// Nothing had to be read: the whole command is one batch, and
+			// PostgreSQL runs a batch (one Sync) as one implicit
+			// transaction, so BEGIN and COMMIT are not needed.
+			t.pending = t.pending[1:]
+		} else {
+			t.pending = append(t.pending, txStmt{sql: "COMMIT", check: failWith("commit"), commit: true})
+		}
+		err = t.flush()
+	}
+	if err != nil {
+		t.rollback()
+	}
+	return err
+}
+
+// rollback ends a transaction that failed; a connection that cannot is
+// closed, so the pool never hands out one inside a transaction.
+func (t *Tx) rollback() {
+	pc := t.conn.Conn().PgConn()
+	if pc.IsClosed() || pc.TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		_ = t.conn.Conn().Close(ctx)
+	}
+}
+
+// retry runs fn until it succeeds or fails with an error that retrying
+// cannot fix, with a short jittered backoff, at most 8 times.
+func (s *Store) retry(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		err = fn()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		backoff := time.Duration(1<<attempt)*time.Millisecond + time.Duration(rand.IntN(1000))*time.Microsecond
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+	return err
+}
