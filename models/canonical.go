@@ -39,13 +39,18 @@ func Canonical(v any) ([]byte, error) {
 type canonicalizer struct {
 	src []byte
 	i   int
+	// spans is a stack of the members of the objects being written (each
+	// object uses the part above where it started); scratch is where an
+	// object's members wait while they are put in order.
+	spans   []span
+	scratch []byte
 }
 
-// member is one object member: its decoded key (the sort order) and its
-// canonical encoding, key included.
-type member struct {
-	key string
-	enc []byte
+// span is one written object member: its decoded key, the sort order, and
+// where its encoding (key included) lies in the output.
+type span struct {
+	key      []byte
+	from, to int
 }
 
 func (c *canonicalizer) value(dst []byte) ([]byte, error) {
@@ -59,11 +64,11 @@ func (c *canonicalizer) value(dst []byte) ([]byte, error) {
 	case '[':
 		return c.array(dst)
 	case '"':
-		s, raw, err := c.string()
+		raw, err := c.string()
 		if err != nil {
 			return nil, err
 		}
-		return appendCanonicalString(dst, s, raw)
+		return appendCanonicalString(dst, raw)
 	default:
 		// Numbers, true, false and null come out as they went in.
 		start := c.i
@@ -74,52 +79,72 @@ func (c *canonicalizer) value(dst []byte) ([]byte, error) {
 	}
 }
 
+// object writes the members in the order they come and, unless their keys
+// already ascend (maps do; structs mostly do not), puts them in order
+// afterwards.
 func (c *canonicalizer) object(dst []byte) ([]byte, error) {
 	c.i++ // {
-	var members []member
-	for {
+	open := len(dst)
+	dst = append(dst, '{')
+	base := len(c.spans)
+	ordered := true
+	for n := 0; ; n++ {
 		c.skipSpace()
 		if c.i < len(c.src) && c.src[c.i] == '}' {
 			c.i++
 			break
 		}
-		if len(members) > 0 {
+		if n > 0 {
 			if err := c.expect(','); err != nil {
 				return nil, err
 			}
 			c.skipSpace()
+			dst = append(dst, ',')
 		}
-		key, raw, err := c.string()
+		raw, err := c.string()
+		if err != nil {
+			return nil, err
+		}
+		key, err := stringValue(raw)
 		if err != nil {
 			return nil, err
 		}
 		if err := c.expect(':'); err != nil {
 			return nil, err
 		}
-		enc, err := appendCanonicalString(nil, key, raw)
-		if err != nil {
+		from := len(dst)
+		if dst, err = appendCanonicalString(dst, raw); err != nil {
 			return nil, err
 		}
-		enc = append(enc, ':')
-		if enc, err = c.value(enc); err != nil {
+		dst = append(dst, ':')
+		if dst, err = c.value(dst); err != nil {
 			return nil, err
 		}
-		members = append(members, member{key: key, enc: enc})
+		if n > 0 && bytes.Compare(c.spans[len(c.spans)-1].key, key) >= 0 {
+			ordered = false
+		}
+		c.spans = append(c.spans, span{key: key, from: from, to: len(dst)})
+	}
+	members := c.spans[base:]
+	defer func() { c.spans = c.spans[:base] }()
+	if ordered {
+		return append(dst, '}'), nil
 	}
 	// A decode keeps the last of duplicate keys; the stable sort keeps
 	// their order, so the last of each run is the one to write.
-	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
-	dst = append(dst, '{')
+	c.scratch = append(c.scratch[:0], dst[open:]...)
+	slices.SortStableFunc(members, func(a, b span) int { return bytes.Compare(a.key, b.key) })
+	dst = append(dst[:open], '{')
 	first := true
 	for i, m := range members {
-		if i+1 < len(members) && members[i+1].key == m.key {
+		if i+1 < len(members) && bytes.Equal(members[i+1].key, m.key) {
 			continue
 		}
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = append(dst, m.enc...)
+		dst = append(dst, c.scratch[m.from-open:m.to-open]...)
 	}
 	return append(dst, '}'), nil
 }
@@ -146,43 +171,50 @@ func (c *canonicalizer) array(dst []byte) ([]byte, error) {
 	}
 }
 
-// string reads a string token. It returns the decoded value and the raw
-// token (quotes included).
-func (c *canonicalizer) string() (string, []byte, error) {
+// string reads a string token and returns it raw, quotes included.
+func (c *canonicalizer) string() ([]byte, error) {
 	if c.i >= len(c.src) || c.src[c.i] != '"' {
-		return "", nil, fmt.Errorf("expected a string at %d", c.i)
+		return nil, fmt.Errorf("expected a string at %d", c.i)
 	}
 	start := c.i
-	escaped := false
 	for c.i++; c.i < len(c.src); c.i++ {
 		switch c.src[c.i] {
 		case '\\':
-			escaped = true
 			c.i++
 		case '"':
 			c.i++
-			raw := c.src[start:c.i]
-			if !escaped && utf8.Valid(raw) {
-				return string(raw[1 : len(raw)-1]), raw, nil
-			}
-			var s string
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return "", nil, err
-			}
-			return s, raw, nil
+			return c.src[start:c.i], nil
 		}
 	}
-	return "", nil, fmt.Errorf("unterminated string at %d", start)
+	return nil, fmt.Errorf("unterminated string at %d", start)
 }
 
-// appendCanonicalString writes the string s, whose token was raw, as a
-// decode and encode would: raw itself when that is certain to be the same
-// bytes (no escapes, nothing encoding/json escapes, valid UTF-8).
-func appendCanonicalString(dst []byte, s string, raw []byte) ([]byte, error) {
+// stringValue is the decoded value of a string token, without a copy when
+// decoding would not change it.
+func stringValue(raw []byte) ([]byte, error) {
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return body, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
+}
+
+// appendCanonicalString writes the string token raw as a decode and encode
+// would: raw itself when that is certain to be the same bytes (no escapes,
+// nothing encoding/json escapes, valid UTF-8).
+func appendCanonicalString(dst []byte, raw []byte) ([]byte, error) {
 	if plainString(raw) {
 		return append(dst, raw...), nil
 	}
-	enc, err := json.Marshal(s)
+	s, err := stringValue(raw)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := json.Marshal(string(s))
 	if err != nil {
 		return nil, err
 	}

@@ -143,6 +143,9 @@ func TestCanonicalPayloads(t *testing.T) {
 			Output: json.RawMessage(`{"eligible": true, "amount": 1e2, "note": "\u00e9\/"}`)},
 		LeasePayload{DelegationID: "dlg_1", Attempt: 2, Worker: "w-€"},
 		[]any{"delegate", "ses_1", DelegateInput{Queue: "q", Step: "s"}},
+		// Duplicate keys (one of them escaped): a decode keeps the last.
+		json.RawMessage(`{"b": 1, "\u0061": 2, "a": 3, "c": {"z": [1], "z": {"y": 0, "x": 1}}}`),
+		map[string]any{"k": json.RawMessage(`{"\u00e9": "\/", "é": null}`)},
 	} {
 		want, err := roundTripCanonical(v)
 		if err != nil {

@@ -59,17 +59,19 @@ func (s *Store) sendNotices() {
 		}
 		clear(a.pending)
 		a.mu.Unlock()
-		sqlDB, err := s.DB.DB()
-		if err != nil {
-			continue
-		}
 		for _, q := range queues {
-			// Straight on database/sql: a hint needs none of GORM's machinery.
+			// Straight on the pgx pool: a hint needs none of GORM's machinery.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if _, err := sqlDB.ExecContext(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, q); err != nil {
+			_, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, q)
+			cancel()
+			select {
+			case <-a.done:
+				return // the store closed while the notice was on its way
+			default:
+			}
+			if err != nil {
 				s.Logger.Warn("queue notice not sent; long polls elsewhere fall back to re-checking", "queue", q, "err", err)
 			}
-			cancel()
 		}
 	}
 }

@@ -391,33 +391,44 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 	}
 	evArgs := []any{ev.ID, ev.SessionID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter,
 		ev.Payload, ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt}
-	var write string
 	var args []any
 	if creates {
-		write = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
-			current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 		args = []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
 			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt}
 	} else {
-		write = updateSessionSet
 		args = []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
 			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.ID, before}
 	}
 	if s.Dialect == Postgres {
-		// When the update misses (another writer moved the version on), the
-		// subquery yields NULL and the event insert fails on events'
-		// NOT NULL session_id: the statement itself fails, so nothing queued
-		// with it can commit (the COMMIT may be in the same batch).
-		tx.Later(check, `WITH w AS (`+write+` RETURNING id)
-			INSERT INTO events `+insertEventCols+`
-			VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`,
-			append(append(args, evArgs[0]), evArgs[2:]...)...)
+		q := updateSessionWithEvent
+		if creates {
+			q = insertSessionWithEvent
+		}
+		tx.Later(check, q, append(append(args, evArgs[0]), evArgs[2:]...)...)
 		return
 	}
-	tx.Later(check, write, args...)
-	tx.Later(check, `INSERT INTO events `+insertEventCols+` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, evArgs...)
+	q := updateSessionSet
+	if creates {
+		q = insertSession
+	}
+	tx.Later(check, q, args...)
+	tx.Later(check, insertEvent, evArgs...)
 }
+
+// The projection and event statements. On PostgreSQL the two are one
+// statement: when the update misses (another writer moved the version on),
+// the subquery yields NULL and the event insert fails on events' NOT NULL
+// session_id, so the statement itself fails and nothing queued with it can
+// commit (the COMMIT may be in the same batch).
+var (
+	insertSession = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
+	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`
+	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
+	updateSessionWithEvent = `WITH w AS (` + updateSessionSet + ` RETURNING id) ` + withEvent
+)
 
 // NotifyChannel is the PostgreSQL channel on which queue names are announced
 // when work becomes available.
