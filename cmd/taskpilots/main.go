@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,7 +56,24 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	tuneGC(env.getenv)
 	os.Exit(run(ctx, env, os.Args[1:]))
+}
+
+// defaultGCPercent replaces Go's default GOGC of 100. The server keeps a
+// small live heap (tens of MB) and allocates quickly (about 90 KB per
+// session lifecycle), so at 100 the collector runs many times a second and
+// costs about a tenth of the write path's CPU; at 400 the heap may grow to
+// five times the live data, which here is still small, and throughput rises
+// by 8-12% (README, "Benchmark results").
+const defaultGCPercent = 400
+
+// tuneGC applies defaultGCPercent unless GOGC is set: an operator's setting
+// always wins.
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 }
 
 // run dispatches to a subcommand and returns the exit status.
