@@ -24,10 +24,15 @@ func ErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		status := StatusFor(err)
 		r := c.Request()
-		if status >= 500 {
+		switch {
+		case r.Context().Err() != nil:
+			// The client went away (or the server is shutting down): the
+			// failure is the cancellation, not a fault to report.
+			log.Debug("request abandoned", "err", err, "method", r.Method, "path", r.URL.Path)
+		case status >= 500:
 			log.Error("request failed", "err", err, "status", status, "method", r.Method,
 				"path", r.URL.Path, "request_id", RequestID(c))
-		} else {
+		default:
 			log.Debug("request refused", "err", err, "status", status, "method", r.Method, "path", r.URL.Path)
 		}
 		if c.Response().Committed {

@@ -1,10 +1,17 @@
 package handlers_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/taskpilots/handoff/handlers"
 	"github.com/taskpilots/handoff/models"
@@ -59,4 +66,30 @@ func TestTrailingSlashRedirects(t *testing.T) {
 			t.Fatalf("open redirect to %q", loc)
 		}
 	})
+}
+
+// TestAbandonedRequestsAreNotFaults: a request whose client went away fails
+// with the cancellation (the database driver reports it as unreachable);
+// that is not a server fault to log as an error.
+func TestAbandonedRequestsAreNotFaults(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	handle := handlers.ErrorHandler(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	e := echo.New()
+	fail := fmt.Errorf("append event 2: %w", context.Canceled)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/api/v1/sessions", nil)
+	handle(fail, e.NewContext(req, httptest.NewRecorder()))
+	if strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "request abandoned") {
+		t.Fatalf("abandoned request logged as:\n%s", logs.String())
+	}
+
+	logs.Reset()
+	req = httptest.NewRequest(http.MethodPost, "/api/v1/sessions", nil)
+	handle(fail, e.NewContext(req, httptest.NewRecorder()))
+	if !strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("a live request's server error was not logged as an error:\n%s", logs.String())
+	}
 }

@@ -98,6 +98,9 @@ func requestLogger(log *slog.Logger) echo.MiddlewareFunc {
 			status := c.Response().Status
 			level := slog.LevelInfo
 			switch {
+			case r.Context().Err() != nil:
+				// The client went away mid-request; its status is moot.
+				level = slog.LevelInfo
 			case status >= 500:
 				level = slog.LevelError
 			case isMachinePath(c) && !strings.HasPrefix(r.URL.Path, "/api/") && status < 400:
