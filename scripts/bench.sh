@@ -14,6 +14,11 @@
 #   ROUNDS     interleaved rounds of the three runs; medians are reported (default 1)
 #   CPUPROFILE if set, a directory for CPU profiles of both taskpilots runs
 #
+# When PostgreSQL runs on this machine, each run also reports CPU time per
+# lifecycle, split into the server's (every postgres process) and the
+# client's (pgbench or taskpilots): on a shared host throughput swings
+# from minute to minute, CPU per unit of work much less.
+#
 # Targets: HTTP ≥ 50 % of pgbench's lifecycles/s, in-process ≥ 80 %.
 # pgbench counts one run of the four-commit script as one "transaction", so
 # its tps is lifecycles/s (commits/s = 4 × tps); the ratios below are
@@ -42,6 +47,45 @@ fresh_db() {
 	"$work/taskpilots" migrate up --database-url "$DBURL" >/dev/null
 }
 
+# pg_ticks prints the CPU clock ticks used so far by the local PostgreSQL:
+# its live processes plus the children the postmaster has reaped (backends
+# of finished runs). Empty when no local postgres process is visible.
+pg_ticks() {
+	command -v pgrep >/dev/null || return 0
+	local pm pids
+	pm=$(pgrep -o -x postgres) || return 0
+	pids=$(pgrep -x postgres)
+	# shellcheck disable=SC2086
+	awk -v pm="$pm" '{ t += $14 + $15; if (FILENAME == "/proc/" pm "/stat") t += $16 + $17 } END { print t }' \
+		$(for p in $pids; do [ -r "/proc/$p/stat" ] && echo "/proc/$p/stat"; done)
+}
+
+# child_cpu prints the CPU seconds (user + system) of this shell's finished
+# children, from the output of the times builtin in file $1. (times has to
+# run in the main shell itself: a subshell starts counting from zero.)
+child_cpu() {
+	tail -n 1 "$1" | awk '{ for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); t += p[1] * 60 + p[2] } } END { printf "%.3f", t }'
+}
+
+# cpu_before marks the start of a run; cpu_after N sets CPU to the server's
+# and the client's CPU milliseconds per lifecycle for a run of N lifecycles
+# ("- -" when the server's CPU cannot be seen).
+cpu_before() {
+	PG0=$(pg_ticks)
+	times >"$work/times0"
+}
+cpu_after() {
+	sleep 0.5 # let the postmaster reap the run's backends
+	local pg1
+	pg1=$(pg_ticks)
+	times >"$work/times1"
+	CPU="- -"
+	if [ -n "$PG0" ] && [ -n "$pg1" ] && [ "${1:-0}" -gt 0 ]; then
+		CPU=$(awk -v a="$PG0" -v b="$pg1" -v c0="$(child_cpu "$work/times0")" -v c1="$(child_cpu "$work/times1")" \
+			-v n="$1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.3f %.3f", (b - a) / hz * 1000 / n, (c1 - c0) * 1000 / n }')
+	fi
+}
+
 # last_json prints the value of key $2 in the JSON object on the last line of file $1.
 last_json() {
 	tail -n 1 "$1" | sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p"
@@ -49,8 +93,6 @@ last_json() {
 
 run_pgbench() {
 	echo "== pgbench: $CLIENTS clients, ${DURATION}s, scripts/pgbench-lifecycle.sql" >&2
-	fresh_db
-	psql "$DBURL" -qX -c "VACUUM ANALYZE" >/dev/null
 	pgbench -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DURATION" -f scripts/pgbench-lifecycle.sql "$DBURL" >"$work/pgbench.out" 2>"$work/pgbench.err" || {
 		cat "$work/pgbench.err" >&2
 		exit 1
@@ -62,6 +104,8 @@ run_pgbench() {
 	echo "$tps"
 }
 
+pgbench_count() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$work/pgbench.out"; }
+
 run_ours() { # mode round
 	local mode=$1 prof=()
 	if [ -n "${CPUPROFILE:-}" ]; then
@@ -69,7 +113,6 @@ run_ours() { # mode round
 		prof=(--cpuprofile "$CPUPROFILE/$mode-$2.pprof")
 	fi
 	echo "== taskpilots bench --mode $mode: $CLIENTS workers, ${DURATION}s" >&2
-	fresh_db
 	"$work/taskpilots" bench --database-url "$DBURL" --mode "$mode" --workers "$CLIENTS" \
 		--duration "${DURATION}s" --json "${prof[@]}" >"$work/$mode.out"
 	head -n -1 "$work/$mode.out" >&2
@@ -82,10 +125,23 @@ run_ours() { # mode round
 : >"$work/rounds"
 for r in $(seq 1 "$ROUNDS"); do
 	echo "== round $r of $ROUNDS" >&2
+	fresh_db
+	psql "$DBURL" -qX -c "VACUUM ANALYZE" >/dev/null
+	cpu_before
 	pg=$(run_pgbench)
+	cpu_after "$(pgbench_count)"
+	pgcpu=$CPU
+	fresh_db
+	cpu_before
 	http=$(run_ours http "$r")
+	cpu_after "$(last_json "$work/http.out" lifecycles)"
+	httpcpu=$CPU
+	fresh_db
+	cpu_before
 	inproc=$(run_ours inproc "$r")
-	echo "$pg $http $inproc" >>"$work/rounds"
+	cpu_after "$(last_json "$work/inproc.out" lifecycles)"
+	inproccpu=$CPU
+	echo "$pg $http $inproc $pgcpu $httpcpu $inproccpu" >>"$work/rounds"
 done
 
 psql "$PGURL/postgres?sslmode=disable" -qX -c "DROP DATABASE IF EXISTS $BENCH_DB" >/dev/null || true
@@ -95,9 +151,16 @@ function median(a, n,   i, j, t) {
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
+function cpu(s, cl) { return s == "-" ? "n/a" : sprintf("%.2f ms (server %.2f + client %.2f)", s + cl, s, cl) }
 {
 	n++; pg[n] = $1; ht[n] = $2; ip[n] = $3; hr[n] = $2 / $1; ir[n] = $3 / $1
 	printf "round %d: pgbench %.1f lifecycles/s (%.1f commits/s), http %.1f (ratio %.2f), inproc %.1f (ratio %.2f)\n", n, $1, $1 * 4, $2, $2 / $1, $3, $3 / $1
+	if ($4 != "-") {
+		havecpu = 1
+		printf "         cpu per lifecycle: pgbench %s, http %s, inproc %s\n", cpu($4, $5), cpu($6, $7), cpu($8, $9)
+		ps[n] = $4; pc[n] = $5; hs[n] = $6; hc[n] = $7; is[n] = $8; ic[n] = $9
+		pt[n] = $4 + $5; htot[n] = $6 + $7; it[n] = $8 + $9
+	}
 }
 END {
 	mpg = median(pg, n); mht = median(ht, n); mip = median(ip, n); mhr = median(hr, n); mir = median(ir, n)
@@ -105,5 +168,12 @@ END {
 	printf "pgbench lifecycle script   %9.1f lifecycles/s  (%.1f commits/s)\n", mpg, mpg * 4
 	printf "taskpilots http            %9.1f lifecycles/s  ratio %.2f  (target >= 0.50) %s\n", mht, mhr, (mhr >= 0.5 ? "ok" : "UNDER TARGET")
 	printf "taskpilots inproc          %9.1f lifecycles/s  ratio %.2f  (target >= 0.80) %s\n", mip, mir, (mir >= 0.8 ? "ok" : "UNDER TARGET")
-	printf "{\"clients\":%d,\"duration_s\":%d,\"rounds\":%d,\"pgbench_tps\":%.3f,\"pgbench_commits_per_sec\":%.3f,\"http_lifecycles_per_sec\":%.3f,\"inproc_lifecycles_per_sec\":%.3f,\"http_ratio\":%.4f,\"inproc_ratio\":%.4f}\n", c, d, n, mpg, mpg * 4, mht, mip, mhr, mir
+	cpujson = ""
+	if (havecpu) {
+		printf "cpu per lifecycle          pgbench %s\n", cpu(median(ps, n), median(pc, n))
+		printf "                           http    %s\n", cpu(median(hs, n), median(hc, n))
+		printf "                           inproc  %s\n", cpu(median(is, n), median(ic, n))
+		cpujson = sprintf(",\"pgbench_cpu_ms\":%.3f,\"http_cpu_ms\":%.3f,\"inproc_cpu_ms\":%.3f", median(pt, n), median(htot, n), median(it, n))
+	}
+	printf "{\"clients\":%d,\"duration_s\":%d,\"rounds\":%d,\"pgbench_tps\":%.3f,\"pgbench_commits_per_sec\":%.3f,\"http_lifecycles_per_sec\":%.3f,\"inproc_lifecycles_per_sec\":%.3f,\"http_ratio\":%.4f,\"inproc_ratio\":%.4f%s}\n", c, d, n, mpg, mpg * 4, mht, mip, mhr, mir, cpujson
 }' "$work/rounds"
