@@ -19,9 +19,10 @@ import (
 // a session, its events and its queue rows together (Execute, Claim).
 //
 // Statements are queued and sent in groups. Later queues a statement whose
-// outcome is only checked when it is sent; Exec and Select queue theirs and
-// send everything queued, because the caller needs the answer now; the
-// commit sends the rest. On PostgreSQL a group is one pgx batch, so a
+// outcome is only checked when it is sent; Exec and selectTx queue theirs
+// and send everything queued, because the caller needs the answer now
+// (selectLater queues a read to go with the next one); the commit sends the
+// rest. On PostgreSQL a group is one pgx batch, so a
 // command costs two or three round trips (BEGIN travels with the first
 // read, COMMIT with the last writes) instead of one per statement, and it
 // skips GORM and database/sql. What a write costs in round trips and client
