@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -112,6 +113,9 @@ func TestAdminFiltersAuditAndExportsCSV(t *testing.T) {
 		chromedp.SetValue(`#audit-session`, id),
 		chromedp.SetValue(`#audit-type`, "human.completed"),
 		chromedp.Click(`[data-testid="audit-filter"]`),
+		// The unfiltered page has human.completed rows too: wait until the
+		// other session's rows are gone, then for the filtered list.
+		chromedp.WaitNotPresent(fmt.Sprintf(`[data-testid="audit-row"]:not([data-session-id=%q])`, id)),
 		chromedp.WaitVisible(`[data-testid="audit-row"][data-type="human.completed"]`),
 		chromedp.Evaluate(`document.querySelectorAll('[data-testid="audit-row"]').length`, &rows),
 		chromedp.Click(`[data-testid="audit-row"] summary`),
