@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -164,6 +165,16 @@ func renderRefused(c echo.Context, s *models.Store, id string, a models.Takeover
 			} else {
 				form.Errors[f.Field] = f.Message
 			}
+		}
+		if !slices.Contains(d.Actions, a) {
+			// The page does not offer this form now (say, a claim of a
+			// session the user already holds), so inline errors would show
+			// nowhere: say it in the banner.
+			msgs := make([]string, len(ve.Fields))
+			for i, f := range ve.Fields {
+				msgs[i] = f.Field + " " + f.Message
+			}
+			d.Problem = fmt.Sprintf("Nothing was saved: %s was refused (%s).", strings.ToLower(actionName(a)), strings.Join(msgs, "; "))
 		}
 	case code == models.ECONFLICT:
 		d.Conflict = &views.Conflict{Action: a, FromVersion: expected, Events: d.EventsSince(expected), Values: values}

@@ -374,5 +374,14 @@ func TestConsoleActionRefusals(t *testing.T) {
 		if p.StatusCode != http.StatusSeeOther {
 			t.Errorf("repeated claim: %d\n%s", p.StatusCode, p.Body)
 		}
+		// Ana holds the session now, so the page offers no claim form; an
+		// invalid claim still says why it was refused (found by the fuzzer).
+		noWrites(t, s, func() {
+			p = e.ana.post(e.path+"/claim", url.Values{"_csrf": {e.ana.csrf(e.path)}, "state_version": {"five"}})
+		})
+		if banner := squash(p.Doc(t).Find(`[data-testid="action-problem"]`)); p.StatusCode != http.StatusUnprocessableEntity ||
+			!strings.Contains(banner, "claim was refused") || !strings.Contains(banner, "whole number") {
+			t.Errorf("invalid claim of a held session: %d, banner %q", p.StatusCode, banner)
+		}
 	})
 }
