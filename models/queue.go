@@ -251,24 +251,17 @@ func newLeaseToken() string {
 	return "lt_" + base64.RawURLEncoding.EncodeToString(b)
 }
 
+// claimedRow is the claim statement's row. Its columns are prefixed, as
+// the PostgreSQL statement also returns the session's columns.
 type claimedRow struct {
-	ID             string
-	SessionID      string
-	Step           string
-	Attempt        int
-	Instructions   string
-	LeaseExpiresAt UTCTime
-}
-
-// claimedLocked is PostgreSQL's claim row: the claimed delegation and its
-// session row, locked by the same statement.
-type claimedLocked struct {
-	ClaimedID             string
-	ClaimedSessionID      string
-	ClaimedStep           string
-	ClaimedAttempt        int
-	ClaimedInstructions   string
-	ClaimedLeaseExpiresAt UTCTime
+	ID             string  `gorm:"column:claimed_id" db:"claimed_id"`
+	SessionID      string  `gorm:"column:claimed_session_id" db:"claimed_session_id"`
+	Step           string  `gorm:"column:claimed_step" db:"claimed_step"`
+	Attempt        int     `gorm:"column:claimed_attempt" db:"claimed_attempt"`
+	Instructions   string  `gorm:"column:claimed_instructions" db:"claimed_instructions"`
+	LeaseExpiresAt UTCTime `gorm:"column:claimed_lease_expires_at" db:"claimed_lease_expires_at"`
+	// Session is the claimed delegation's session row, which on PostgreSQL
+	// the claim statement locks and returns too.
 	Session
 }
 
@@ -303,7 +296,8 @@ WHERE id IN (
 	ORDER BY priority, available_at, id
 	LIMIT 1
 )
-RETURNING id, session_id, step, attempt, instructions, lease_expires_at`
+RETURNING id AS claimed_id, session_id AS claimed_session_id, step AS claimed_step, attempt AS claimed_attempt,
+	instructions AS claimed_instructions, lease_expires_at AS claimed_lease_expires_at`
 }
 
 // Claim leases the next available delegation of queue to worker, or returns
@@ -377,23 +371,15 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 // nil when the queue has nothing available, and on PostgreSQL the session
 // row the statement locked, as the command's lock.
 func (s *Store) claimNext(tx *Tx, args []any) (*claimedRow, func(*Tx) (Session, error), error) {
-	if s.Dialect != Postgres {
-		rows, err := selectTx[claimedRow](tx, s.claimSQL(), args...)
-		if err != nil || len(rows) == 0 {
-			return nil, nil, err
-		}
-		return &rows[0], nil, nil
-	}
-	rows, err := selectTx[claimedLocked](tx, s.claimSQL(), args...)
+	rows, err := selectTx[claimedRow](tx, s.claimSQL(), args...)
 	if err != nil || len(rows) == 0 {
 		return nil, nil, err
 	}
-	r := rows[0]
-	c := &claimedRow{
-		ID: r.ClaimedID, SessionID: r.ClaimedSessionID, Step: r.ClaimedStep, Attempt: r.ClaimedAttempt,
-		Instructions: r.ClaimedInstructions, LeaseExpiresAt: r.ClaimedLeaseExpiresAt,
+	c := &rows[0]
+	if s.Dialect != Postgres {
+		return c, nil, nil
 	}
-	return c, func(*Tx) (Session, error) { return r.Session, nil }, nil
+	return c, func(*Tx) (Session, error) { return c.Session, nil }, nil
 }
 
 // ClaimWait is Claim as a long poll: it waits up to wait for work, waking as
