@@ -412,11 +412,7 @@ func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey str
 
 // lockDelegation reads a delegation row, locking it on PostgreSQL.
 func (s *Store) lockDelegation(tx *Tx, id string) (Delegation, error) {
-	q := `SELECT * FROM delegations WHERE id = ?`
-	if s.Dialect == Postgres {
-		q += ` FOR UPDATE`
-	}
-	rows, err := selectTx[Delegation](tx, q, id)
+	rows, err := selectTx[Delegation](tx, `SELECT * FROM delegations WHERE id = ?`+s.forUpdate(), id)
 	if err != nil {
 		return Delegation{}, fmt.Errorf("delegation %s: %w", id, err)
 	}

@@ -570,11 +570,8 @@ func (s *Store) GetReviewView(ctx context.Context, k ReviewKey, u User) (ReviewV
 // lockReviewItem reads an item in tx, locking it on PostgreSQL, so that
 // claims and scores of one item are decided one at a time.
 func (s *Store) lockReviewItem(tx *Tx, k ReviewKey) (ReviewItem, error) {
-	q := `SELECT * FROM review_items WHERE session_id = ? AND at_version = ?`
-	if s.Dialect == Postgres {
-		q += ` FOR UPDATE`
-	}
-	items, err := selectTx[ReviewItem](tx, q, k.SessionID, k.AtVersion)
+	items, err := selectTx[ReviewItem](tx, `SELECT * FROM review_items WHERE session_id = ? AND at_version = ?`+s.forUpdate(),
+		k.SessionID, k.AtVersion)
 	if err != nil {
 		return ReviewItem{}, fmt.Errorf("review item %s@%d: %w", k.SessionID, k.AtVersion, err)
 	}
