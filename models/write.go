@@ -73,6 +73,14 @@ type Command struct {
 	// queue changes that must commit or roll back with it. Its result, if not
 	// nil, becomes Outcome.Data.
 	Effect func(tx *Tx, next State, ev Event) (data any, err error)
+	// Then, if set, runs after Effect and may return a follow-up command on
+	// the same session, executed in the same transaction on the state this
+	// command produced (an answer that also delegates the next step, a
+	// completed result whose next step has a route). The follow-up names no
+	// expected version and takes no lock of its own: the session is locked
+	// already and its version is the one just written. Its event gets the
+	// next seq; the Outcome reports the state after the last command.
+	Then func(tx *Tx, next State, ev Event) (*Command, error)
 	// lock, if set, finds and locks the session row in place of the lookup
 	// by SessionID, so that a command can read what it needs with the lock
 	// in one round trip (a result reads its delegation) or take a row its
@@ -109,23 +117,16 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 	}
 	var (
 		notify   []string
-		ev       Event
+		events   []committed
 		parentID string
 	)
-	effect := cmd.Effect
-	cmd.Effect = func(tx *Tx, next State, e Event) (any, error) {
-		ev, parentID = e, ""
-		if next.ParentID != "" && next.Status.Terminal() {
+	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *Tx) (Outcome, error) {
+		events = events[:0]
+		out, queues, next, err := s.executeTx(tx, cmd, &events)
+		notify, parentID = queues, ""
+		if err == nil && next.ParentID != "" && next.Status.Terminal() {
 			parentID = next.ParentID
 		}
-		if effect == nil {
-			return nil, nil
-		}
-		return effect(tx, next, e)
-	}
-	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *Tx) (Outcome, error) {
-		out, queues, err := s.ExecuteTx(tx, cmd)
-		notify = queues
 		return out, err
 	})
 	if err != nil {
@@ -144,7 +145,9 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		s.announce(q)
 	}
 	if s.Observer != nil {
-		s.Observer.Committed(ev, out.Status)
+		for _, c := range events {
+			s.Observer.Committed(c.ev, c.status)
+		}
 	}
 	if parentID != "" {
 		s.onChildDone(ctx, parentID)
@@ -269,6 +272,21 @@ func (s *Store) lockSession(tx *Tx, id string) (Session, error) {
 // must share a transaction with other statements (the lease claim). It
 // returns the queues to wake after commit.
 func (s *Store) ExecuteTx(tx *Tx, cmd Command) (Outcome, []string, error) {
+	out, wake, _, err := s.executeTx(tx, cmd, nil)
+	return out, wake, err
+}
+
+// committed is one event a command wrote and the status it left, for the
+// Observer once the transaction commits.
+type committed struct {
+	ev     Event
+	status Status
+}
+
+// executeTx is ExecuteTx that also appends every event it writes to events
+// (when not nil) and returns the final state, for Execute's observers and
+// chained commands.
+func (s *Store) executeTx(tx *Tx, cmd Command, events *[]committed) (Outcome, []string, State, error) {
 	var (
 		row     Session
 		cur     State
@@ -287,33 +305,84 @@ func (s *Store) ExecuteTx(tx *Tx, cmd Command) (Outcome, []string, error) {
 			row, err = s.lockSession(tx, cmd.SessionID)
 		}
 		if err != nil {
-			return Outcome{}, nil, err
+			return Outcome{}, nil, State{}, err
 		}
 		if cur, err = row.Decode(); err != nil {
-			return Outcome{}, nil, err
+			return Outcome{}, nil, State{}, err
 		}
 	}
 	if cmd.ExpectedVersion != nil && *cmd.ExpectedVersion != cur.Version {
-		return Outcome{}, nil, &ConflictError{SessionID: cmd.SessionID, ExpectedVersion: *cmd.ExpectedVersion, CurrentVersion: cur.Version}
+		return Outcome{}, nil, State{}, &ConflictError{SessionID: cmd.SessionID, ExpectedVersion: *cmd.ExpectedVersion, CurrentVersion: cur.Version}
 	}
+	var out Outcome
+	for depth := 0; ; depth++ {
+		var (
+			next State
+			ev   Event
+			data any
+		)
+		next, ev, row, data, err = s.step(tx, cmd, creates, row, cur)
+		if err != nil {
+			return Outcome{}, nil, State{}, err
+		}
+		if events != nil {
+			*events = append(*events, committed{ev: ev, status: next.Status})
+		}
+		prevData := out.Data
+		out = Outcome{SessionID: cmd.SessionID, Status: next.Status, StateVersion: next.Version, EventID: ev.ID, Seq: ev.Seq, Data: prevData}
+		if data != nil {
+			if out.Data, err = json.Marshal(data); err != nil {
+				return Outcome{}, nil, State{}, err
+			}
+		}
+		var follow *Command
+		if cmd.Then != nil {
+			if follow, err = cmd.Then(tx, next, ev); err != nil {
+				return Outcome{}, nil, State{}, err
+			}
+		}
+		if follow == nil {
+			var wake []string
+			if next.Status == StatusQueued && next.Delegation != nil {
+				wake = append(wake, next.Delegation.Queue)
+			}
+			return out, wake, next, nil
+		}
+		if depth >= maxChain {
+			return Outcome{}, nil, State{}, fmt.Errorf("session %s: %s chains more than %d commands", cmd.SessionID, cmd.Type, maxChain)
+		}
+		follow.SessionID, follow.lock, follow.ExpectedVersion = cmd.SessionID, nil, nil
+		cmd, cur, creates = *follow, next, false
+	}
+}
+
+// maxChain bounds the follow-up commands one command may chain (Command.Then),
+// so that a routing loop cannot grow one transaction without end.
+const maxChain = 4
+
+// step builds, hashes, applies and appends one event of cmd on cur (the
+// session row is locked already) and runs the command's Effect. It returns
+// the new state, the event, the projection as it will be after the queued
+// writes (for a chained command) and the Effect's data.
+func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) (State, Event, Session, any, error) {
 	payload := cmd.Payload
 	if cmd.Prepare != nil {
 		// Prepare runs before the transition check so that a fenced writer
 		// (a lost lease) hears "conflict", not "illegal"; it writes nothing.
 		p, err := cmd.Prepare(tx, cur)
 		if err != nil {
-			return Outcome{}, nil, err
+			return State{}, Event{}, Session{}, nil, err
 		}
 		if p != nil {
 			payload = p
 		}
 	}
 	if !creates && !Allowed(cur.Status, cmd.Type) {
-		return Outcome{}, nil, &IllegalTransitionError{SessionID: cmd.SessionID, From: cur.Status, Event: cmd.Type, CurrentVersion: cur.Version}
+		return State{}, Event{}, Session{}, nil, &IllegalTransitionError{SessionID: cmd.SessionID, From: cur.Status, Event: cmd.Type, CurrentVersion: cur.Version}
 	}
 	body, err := Canonical(payload)
 	if err != nil {
-		return Outcome{}, nil, fmt.Errorf("session %s: encode %s payload: %w", cmd.SessionID, cmd.Type, err)
+		return State{}, Event{}, Session{}, nil, fmt.Errorf("session %s: encode %s payload: %w", cmd.SessionID, cmd.Type, err)
 	}
 	now := NewUTCTime(s.now())
 	ev := Event{
@@ -328,37 +397,30 @@ func (s *Store) ExecuteTx(tx *Tx, cmd Command) (Outcome, []string, error) {
 	ev.Hash = ComputeHash(ev)
 	next, err := Apply(cur, ev)
 	if err != nil {
-		return Outcome{}, nil, err
+		return State{}, Event{}, Session{}, nil, err
 	}
 	stateJSON, err := EncodeState(next)
 	if err != nil {
-		return Outcome{}, nil, fmt.Errorf("session %s: encode state: %w", cmd.SessionID, err)
+		return State{}, Event{}, Session{}, nil, fmt.Errorf("session %s: encode state: %w", cmd.SessionID, err)
 	}
 	proj := projection(next, string(stateJSON), ev.Hash, now)
 	if creates {
 		proj.CreatedAt = now
-	} else if row.EscalatedAt.Valid && inHumanHands(cur.Status) && inHumanHands(next.Status) {
-		// Claims, releases and notes do not restart the escalation clock.
-		proj.EscalatedAt = row.EscalatedAt
+	} else {
+		proj.CreatedAt = row.CreatedAt
+		if row.EscalatedAt.Valid && inHumanHands(cur.Status) && inHumanHands(next.Status) {
+			// Claims, releases and notes do not restart the escalation clock.
+			proj.EscalatedAt = row.EscalatedAt
+		}
 	}
 	s.appendEvent(tx, creates, proj, cur.Version, ev)
-	out := Outcome{SessionID: cmd.SessionID, Status: next.Status, StateVersion: next.Version, EventID: ev.ID, Seq: ev.Seq}
+	var data any
 	if cmd.Effect != nil {
-		data, err := cmd.Effect(tx, next, ev)
-		if err != nil {
-			return Outcome{}, nil, err
-		}
-		if data != nil {
-			if out.Data, err = json.Marshal(data); err != nil {
-				return Outcome{}, nil, err
-			}
+		if data, err = cmd.Effect(tx, next, ev); err != nil {
+			return State{}, Event{}, Session{}, nil, err
 		}
 	}
-	var wake []string
-	if next.Status == StatusQueued && next.Delegation != nil {
-		wake = append(wake, next.Delegation.Queue)
-	}
-	return out, wake, nil
+	return next, ev, proj, data, nil
 }
 
 const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goal = ?, status = ?, priority = ?,
