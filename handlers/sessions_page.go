@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -14,36 +15,42 @@ import (
 // SessionsPageSize is how many sessions one page of the list shows.
 const SessionsPageSize = 50
 
-// SessionsPage serves GET /console/sessions: sessions newest first, filtered
-// by ?status= and ?ticket=, paged by the ?after= cursor (a session id).
+// SessionsPage serves GET /console/sessions: sessions most recently updated
+// first, filtered by ?status= and ?ticket= (exact ticket_ref), searched by
+// ?q= (words of goal, ticket and notes), paged by the ?after= cursor. It
+// lists through models.ListSessions, the function behind GET /api/v1/sessions,
+// so the console and the API find the same sessions.
 func SessionsPage(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		d := views.SessionsData{
 			Status: models.Status(strings.TrimSpace(c.QueryParam("status"))),
 			Ticket: strings.TrimSpace(c.QueryParam("ticket")),
+			Q:      strings.TrimSpace(c.QueryParam("q")),
 			After:  strings.TrimSpace(c.QueryParam("after")),
 		}
 		if d.Status != "" && !d.Status.Valid() {
 			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Unknown status %q.", d.Status))
 		}
-		opts := models.ListSessionsOpts{TicketRef: d.Ticket, AfterID: d.After, Limit: SessionsPageSize + 1}
+		q := models.SessionQuery{TicketRef: d.Ticket, Q: d.Q, Cursor: d.After, Limit: SessionsPageSize}
 		if d.Status != "" {
-			opts.Statuses = []models.Status{d.Status}
+			q.Statuses = []models.Status{d.Status}
 		}
 		ctx := c.Request().Context()
-		rows, err := s.ListSessions(ctx, opts)
-		if err != nil {
+		page, err := s.ListSessions(ctx, q)
+		status := http.StatusOK
+		var ve *models.ValidationError
+		switch {
+		case errors.As(err, &ve):
+			// A search the list cannot run (no word, too long, a cursor
+			// from elsewhere) is shown next to the search box.
+			d.Errors, status = ve.Fields, http.StatusUnprocessableEntity
+		case err != nil:
 			return fmt.Errorf("sessions page: %w", err)
 		}
-		// One row beyond the page tells whether there is a next page.
-		if len(rows) > SessionsPageSize {
-			rows = rows[:SessionsPageSize]
-			d.NextAfter = rows[len(rows)-1].ID
-		}
-		d.Sessions = rows
+		d.Sessions, d.NextAfter = page.Sessions, page.NextCursor
 		if d.Counts, err = s.CountByStatus(ctx); err != nil {
 			return fmt.Errorf("sessions page: %w", err)
 		}
-		return Render(c, http.StatusOK, views.SessionsPage(d))
+		return Render(c, status, views.SessionsPage(d))
 	}
 }

@@ -30,7 +30,8 @@ type InboxFilter struct {
 	Queue      string
 	Priority   int    // 1..5
 	Assignment string // AssignedToMe or Unassigned
-	// Search matches a session id or a ticket_ref exactly.
+	// Search matches a session id exactly, or words of the goal, ticket_ref
+	// and notes, with the word search of ListSessions.
 	Search string
 }
 
@@ -49,8 +50,10 @@ func (f InboxFilter) Validate() error {
 	if f.Assignment != "" && f.Assignment != AssignedToMe && f.Assignment != Unassigned {
 		v.Add("assigned", "must be me or unassigned")
 	}
-	if len(f.Search) > MaxTicketRef {
-		v.Add("q", "must be at most %d characters", MaxTicketRef)
+	if len(f.Search) > MaxSearchLen {
+		v.Add("q", "must be at most %d characters", MaxSearchLen)
+	} else if len(searchPhrases(f.Search)) > MaxSearchPhrases {
+		v.Add("q", "must have at most %d terms", MaxSearchPhrases)
 	}
 	return v.Err()
 }
@@ -184,7 +187,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		after = &k
 	}
 	policy := s.slaPolicy()
-	filter, filterArgs := inboxFilterSQL(o)
+	filter, filterArgs := s.inboxFilterSQL(o)
 	var (
 		branches []string
 		args     []any
@@ -251,7 +254,7 @@ func inboxLess(a, b InboxRow) bool {
 }
 
 // inboxFilterSQL is the WHERE part of the filters other than priority.
-func inboxFilterSQL(o InboxOpts) (string, []any) {
+func (s *Store) inboxFilterSQL(o InboxOpts) (string, []any) {
 	var (
 		b    strings.Builder
 		args []any
@@ -272,8 +275,15 @@ func inboxFilterSQL(o InboxOpts) (string, []any) {
 		b.WriteString(" AND assignee = ''")
 	}
 	if o.Search != "" {
-		b.WriteString(" AND (id = ? OR ticket_ref = ?)")
-		args = append(args, o.Search, o.Search)
+		// The same word match as ListSessions, or a pasted session id.
+		b.WriteString(" AND (id = ?")
+		args = append(args, o.Search)
+		if phrases := searchPhrases(o.Search); len(phrases) > 0 {
+			m, a := s.searchMatch(phrases)
+			b.WriteString(" OR " + m)
+			args = append(args, a...)
+		}
+		b.WriteString(")")
 	}
 	return b.String(), args
 }

@@ -176,37 +176,6 @@ func (s *Store) GetSession(ctx context.Context, id string) (Session, error) {
 	return rows[0], nil
 }
 
-// ListSessionsOpts filters and pages ListSessions.
-type ListSessionsOpts struct {
-	Statuses  []Status
-	TicketRef string
-	Limit     int
-	// AfterID continues a listing ordered by id (ids sort by creation time).
-	AfterID string
-}
-
-// ListSessions returns sessions, newest first, without their state bodies.
-func (s *Store) ListSessions(ctx context.Context, o ListSessionsOpts) ([]Session, error) {
-	if o.Limit <= 0 || o.Limit > 500 {
-		o.Limit = 100
-	}
-	q := s.DB.WithContext(ctx).Model(&Session{}).Omit("state")
-	if len(o.Statuses) > 0 {
-		q = q.Where("status IN ?", o.Statuses)
-	}
-	if o.TicketRef != "" {
-		q = q.Where("ticket_ref = ?", o.TicketRef)
-	}
-	if o.AfterID != "" {
-		q = q.Where("id < ?", o.AfterID)
-	}
-	var rows []Session
-	if err := q.Order("id DESC").Limit(o.Limit).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("list sessions: %w", err)
-	}
-	return rows, nil
-}
-
 // CountByStatus counts sessions per status.
 func (s *Store) CountByStatus(ctx context.Context) (map[Status]int64, error) {
 	var rows []struct {

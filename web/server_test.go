@@ -198,11 +198,11 @@ func TestCSRFProtectsWrites(t *testing.T) {
 		srv, c := serve(t, e)
 		login(t, s, c, srv.URL, models.RoleAgent)
 		sessions := func() int {
-			rows, err := s.ListSessions(context.Background(), models.ListSessionsOpts{})
+			page, err := s.ListSessions(context.Background(), models.SessionQuery{Limit: models.MaxSessionsLimit})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return len(rows)
+			return len(page.Sessions)
 		}
 
 		resp, _ := postForm(t, c, srv.URL+"/console/test/create", url.Values{"goal": {"no token"}})

@@ -169,11 +169,11 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 	if !withDemo {
 		return nil
 	}
-	some, err := s.ListSessions(ctx, models.ListSessionsOpts{Limit: 1})
+	some, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("check for existing sessions: %w", err)
 	}
-	if len(some) > 0 {
+	if len(some.Sessions) > 0 {
 		return nil
 	}
 	n, err := demo.Seed(ctx, s)

@@ -206,10 +206,11 @@ func TestServeFromEmptyDirectory(t *testing.T) {
 	}
 	// The demo data went through the real write path, so it verifies clean.
 	s := openTestStore(t, models.DefaultDatabaseURL)
-	rows, err := s.ListSessions(context.Background(), models.ListSessionsOpts{Limit: 500})
+	page, err := s.ListSessions(context.Background(), models.SessionQuery{Limit: models.MaxSessionsLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows := page.Sessions
 	want := 0
 	if m := seededCount.FindStringSubmatch(out); m != nil {
 		want, _ = strconv.Atoi(m[1])
@@ -231,8 +232,8 @@ func TestServeWithoutDemo(t *testing.T) {
 	if err := prepareServe(context.Background(), env, s, false); err != nil {
 		t.Fatal(err)
 	}
-	if rows, _ := s.ListSessions(context.Background(), models.ListSessionsOpts{}); len(rows) != 0 {
-		t.Fatalf("%d sessions without --demo", len(rows))
+	if page, _ := s.ListSessions(context.Background(), models.SessionQuery{}); len(page.Sessions) != 0 {
+		t.Fatalf("%d sessions without --demo", len(page.Sessions))
 	}
 }
 

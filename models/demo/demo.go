@@ -50,11 +50,11 @@ const step = 15 * time.Second
 // Seed creates the demo sessions when the database has none and returns how
 // many it created (0 when there were sessions already).
 func Seed(ctx context.Context, s *models.Store) (int, error) {
-	some, err := s.ListSessions(ctx, models.ListSessionsOpts{Limit: 1})
+	some, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1})
 	if err != nil {
 		return 0, fmt.Errorf("demo: check for sessions: %w", err)
 	}
-	if len(some) > 0 {
+	if len(some.Sessions) > 0 {
 		return 0, nil
 	}
 	orig := s.Now

@@ -87,10 +87,11 @@ func TestSeed(t *testing.T) {
 func checkStories(ctx context.Context, t *testing.T, s *models.Store) {
 	t.Helper()
 	byRef := map[string]models.State{}
-	rows, err := s.ListSessions(ctx, models.ListSessionsOpts{Limit: 500})
+	page, err := s.ListSessions(ctx, models.SessionQuery{Limit: models.MaxSessionsLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows := page.Sessions
 	refs := map[string]bool{}
 	for _, r := range rows {
 		full, err := s.GetSession(ctx, r.ID)
