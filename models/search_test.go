@@ -1,0 +1,339 @@
+package models_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
+)
+
+func summaryIDs(rows []models.SessionSummary) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return out
+}
+
+// listAll follows next_cursor to the end and fails on a repeated session.
+func listAll(t *testing.T, s *models.Store, q models.SessionQuery) []string {
+	t.Helper()
+	var all []string
+	seen := map[string]bool{}
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatal("paging does not end")
+		}
+		page, err := s.ListSessions(context.Background(), q)
+		if err != nil {
+			t.Fatalf("list %+v: %v", q, err)
+		}
+		if q.Limit > 0 && len(page.Sessions) > q.Limit {
+			t.Fatalf("page of %d rows, limit %d", len(page.Sessions), q.Limit)
+		}
+		for _, r := range page.Sessions {
+			if seen[r.ID] {
+				t.Fatalf("%s listed twice (query %+v)", r.ID, q)
+			}
+			seen[r.ID] = true
+			all = append(all, r.ID)
+		}
+		if page.NextCursor == "" {
+			return all
+		}
+		if len(page.Sessions) == 0 {
+			t.Fatal("empty page with a next cursor")
+		}
+		q.Cursor = page.NextCursor
+	}
+}
+
+// searchFixture is a small world of sessions written through the write path,
+// with a clock that moves one minute per write.
+type searchFixture struct {
+	refund, blender, parent, child1, child2, noted string
+	// order is every session id, most recently updated first.
+	order []string
+	// midway is a time between the writes, for updated_after.
+	midway time.Time
+}
+
+func newSearchFixture(ctx context.Context, t *testing.T, s *models.Store) searchFixture {
+	t.Helper()
+	tick(s)
+	var f searchFixture
+	f.refund = storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: "T-1182", Goal: "Refund order 1182 if eligible"})
+	f.blender, _ = storetest.Delegated(ctx, t, s, "shipping")
+	// Delegated's goal is the default one; give the blender its own words
+	// through a fresh session instead.
+	f.blender = storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: "T-2001", Goal: "Replace the damaged blender"})
+	v := int64(1)
+	if _, err := s.Delegate(ctx, f.blender, "test:controller", "", models.DelegateInput{Queue: "shipping", Step: "ship", ExpectedVersion: &v}); err != nil {
+		t.Fatal(err)
+	}
+	f.midway = s.Now()
+	f.parent = storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: "T-3000", Goal: "Audit the ledger"})
+	out, err := s.SpawnChildren(ctx, f.parent, "test:controller", "", models.SpawnInput{
+		ExpectedVersion: &v, Join: models.JoinInput{Policy: models.JoinAll},
+		Children: []models.ChildInput{
+			{Goal: "Check the invoices", Queue: "accounts", Step: "invoices"},
+			{Goal: "Check the payments", Queue: "accounts", Step: "payments"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spawned models.ChildrenSpawned
+	if err := out.DecodeData(&spawned); err != nil {
+		t.Fatal(err)
+	}
+	f.child1, f.child2 = spawned.Children[0].SessionID, spawned.Children[1].SessionID
+	// A note written after creation must be found by its words.
+	f.noted = escalated(ctx, t, s, 2, "T-4000", "")
+	agent := mustUser(t, s, "agent-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))+"@example.com", models.RoleAgent)
+	if _, err := s.AddNote(ctx, f.noted, agent, "", models.NoteInput{ExpectedVersion: storetest.Ptr(int64(2)), Text: "Customer phoned about a chargeback; wants a callback."}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.ListSessions(ctx, models.SessionQuery{Limit: models.MaxSessionsLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.order = summaryIDs(page.Sessions)
+	return f
+}
+
+func TestListSessionsFiltersAndSearch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		f := newSearchFixture(ctx, t, s)
+		// Newest updated first: the noted session was written last; the
+		// refund session was created first and never written since.
+		if len(f.order) != 7 || f.order[0] != f.noted || f.order[len(f.order)-1] != f.refund {
+			t.Fatalf("order %v", f.order)
+		}
+		// The delegated session made by Delegated is the one with the default goal.
+		var defaultGoal string
+		for _, id := range f.order {
+			if !slices.Contains([]string{f.refund, f.blender, f.parent, f.child1, f.child2, f.noted}, id) {
+				defaultGoal = id
+			}
+		}
+		keep := func(ids ...string) []string {
+			var out []string
+			for _, id := range f.order {
+				if slices.Contains(ids, id) {
+					out = append(out, id)
+				}
+			}
+			return out
+		}
+		cases := []struct {
+			name string
+			q    models.SessionQuery
+			want []string
+		}{
+			{"all", models.SessionQuery{}, f.order},
+			{"one status", models.SessionQuery{Statuses: []models.Status{models.StatusOpen}}, keep(f.refund)},
+			{"two statuses", models.SessionQuery{Statuses: []models.Status{models.StatusQueued, models.StatusEscalated}}, keep(f.blender, defaultGoal, f.child1, f.child2, f.noted)},
+			{"repeated status", models.SessionQuery{Statuses: []models.Status{models.StatusEscalated, models.StatusEscalated}}, keep(f.noted)},
+			{"queue", models.SessionQuery{Queue: "accounts"}, keep(f.child1, f.child2)},
+			{"queue and status", models.SessionQuery{Queue: "shipping", Statuses: []models.Status{models.StatusQueued, models.StatusOpen}}, keep(f.blender, defaultGoal)},
+			{"ticket", models.SessionQuery{TicketRef: "T-2001"}, keep(f.blender)},
+			{"parent", models.SessionQuery{ParentID: f.parent}, keep(f.child1, f.child2)},
+			{"updated after", models.SessionQuery{UpdatedAfter: f.midway}, keep(f.parent, f.child1, f.child2, f.noted)},
+			{"goal word", models.SessionQuery{Q: "blender"}, keep(f.blender)},
+			{"goal word, any case", models.SessionQuery{Q: "REFUND"}, keep(f.refund, defaultGoal, f.noted)},
+			{"goal words in any order", models.SessionQuery{Q: "blender replace"}, keep(f.blender)},
+			{"ticket as typed", models.SessionQuery{Q: "T-1182"}, keep(f.refund)},
+			{"ticket number", models.SessionQuery{Q: "2001"}, keep(f.blender)},
+			{"note word", models.SessionQuery{Q: "chargeback"}, keep(f.noted)},
+			{"note words", models.SessionQuery{Q: "callback customer"}, keep(f.noted)},
+			{"phrase in order", models.SessionQuery{Q: "damaged-blender"}, keep(f.blender)},
+			{"phrase out of order", models.SessionQuery{Q: "blender-damaged"}, nil},
+			{"part of a word", models.SessionQuery{Q: "blend"}, nil},
+			{"word and filter", models.SessionQuery{Q: "check", ParentID: f.parent, Statuses: []models.Status{models.StatusQueued}}, keep(f.child1, f.child2)},
+			{"word no session has", models.SessionQuery{Q: "refund zebra"}, nil},
+			{"a note's author is not searched", models.SessionQuery{Q: "user"}, nil},
+		}
+		for _, tc := range cases {
+			got := listAll(t, s, tc.q)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("%s: got %v\nwant %v", tc.name, got, tc.want)
+			}
+			// The same in pages of two.
+			tc.q.Limit = 2
+			if got := listAll(t, s, tc.q); !slices.Equal(got, tc.want) {
+				t.Errorf("%s in pages of 2: got %v\nwant %v", tc.name, got, tc.want)
+			}
+		}
+
+		// The listed columns.
+		page, err := s.ListSessions(ctx, models.SessionQuery{Q: "blender"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := page.Sessions[0]
+		if r.TicketRef != "T-2001" || r.Goal != "Replace the damaged blender" || r.Status != models.StatusQueued ||
+			r.StateVersion != 2 || r.Queue != "shipping" || r.CurrentStep != "ship" || r.Priority != models.DefaultPriority || r.UpdatedAt.IsZero() {
+			t.Errorf("row %+v", r)
+		}
+		if page.NextCursor != "" {
+			t.Errorf("single page has a next cursor")
+		}
+	})
+}
+
+// TestListSessionsPaging pages through more sessions than a page, with
+// several statuses (the merged branches) and with updated_at ties (a frozen
+// clock), and checks that nothing is missed or repeated, and that a session
+// written while a reader pages moves to the front without being repeated.
+func TestListSessionsPaging(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		frozen := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+		s.Now = func() time.Time { return frozen }
+		var open, queued []string
+		for i := range 23 {
+			id := storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: fmt.Sprintf("T-%d", i), Goal: "Refund order"})
+			if i%3 == 0 {
+				v := int64(1)
+				if _, err := s.Delegate(ctx, id, "test:controller", "", models.DelegateInput{Queue: "refunds", Step: "check", ExpectedVersion: &v}); err != nil {
+					t.Fatal(err)
+				}
+				queued = append(queued, id)
+			} else {
+				open = append(open, id)
+			}
+		}
+		// Every updated_at is equal: the order is by id alone.
+		desc := func(ids []string) []string {
+			out := slices.Clone(ids)
+			slices.Sort(out)
+			slices.Reverse(out)
+			return out
+		}
+		for _, limit := range []int{1, 4, 7, 50} {
+			if got, want := listAll(t, s, models.SessionQuery{Limit: limit}), desc(append(slices.Clone(open), queued...)); !slices.Equal(got, want) {
+				t.Fatalf("limit %d: got %v\nwant %v", limit, got, want)
+			}
+			q := models.SessionQuery{Limit: limit, Statuses: []models.Status{models.StatusQueued, models.StatusOpen}, Q: "refund order"}
+			if got, want := listAll(t, s, q), desc(append(slices.Clone(open), queued...)); !slices.Equal(got, want) {
+				t.Fatalf("two statuses, limit %d: got %v\nwant %v", limit, got, want)
+			}
+		}
+
+		// A session written between two pages moves to the front: the
+		// reader does not see it again, and sees every other session.
+		s.Now = func() time.Time { return frozen.Add(time.Minute) }
+		first, err := s.ListSessions(ctx, models.SessionQuery{Limit: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved := first.Sessions[0].ID
+		v := int64(1)
+		if slices.Contains(queued, moved) {
+			v = 2
+		}
+		if _, err := s.Transition(ctx, moved, models.EventSessionPaused, "test:controller", "", models.TransitionInput{ExpectedVersion: &v}); err != nil {
+			t.Fatal(err)
+		}
+		rest := listAll(t, s, models.SessionQuery{Limit: 5, Cursor: first.NextCursor})
+		all := append(summaryIDs(first.Sessions), rest...)
+		if len(all) != 23 || slices.Contains(rest, moved) {
+			t.Fatalf("%d sessions seen across the write, moved one repeated: %v", len(all), slices.Contains(rest, moved))
+		}
+		if top, _ := s.ListSessions(ctx, models.SessionQuery{Limit: 1}); top.Sessions[0].ID != moved {
+			t.Fatalf("the written session is not first: %v", summaryIDs(top.Sessions))
+		}
+	})
+}
+
+func TestListSessionsRejectsBadQueries(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		storetest.Session(ctx, t, s, nil)
+		for _, tc := range []struct {
+			q     models.SessionQuery
+			field string
+		}{
+			{models.SessionQuery{Limit: models.MaxSessionsLimit + 1}, "limit"},
+			{models.SessionQuery{Limit: -1}, "limit"},
+			{models.SessionQuery{Statuses: []models.Status{"open", "bogus"}}, "status"},
+			{models.SessionQuery{Cursor: "not-a-cursor"}, "cursor"},
+			{models.SessionQuery{Cursor: "e30"}, "cursor"}, // {} decodes but names no position
+			{models.SessionQuery{Q: "!!! ---"}, "q"},
+			{models.SessionQuery{Q: strings.Repeat("word ", 41)}, "q"},
+			{models.SessionQuery{Q: strings.Repeat("w ", 17)}, "q"},
+			{models.SessionQuery{Queue: "no spaces allowed"}, "queue"},
+			{models.SessionQuery{TicketRef: strings.Repeat("t", models.MaxTicketRef+1)}, "ticket_ref"},
+		} {
+			_, err := s.ListSessions(ctx, tc.q)
+			if models.ErrorCode(err) != models.EINVALID || !strings.Contains(err.Error(), tc.field+":") {
+				t.Errorf("%+v: %v, want a validation error naming %s", tc.q, err, tc.field)
+			}
+		}
+		// Every problem at once.
+		_, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1000, Statuses: []models.Status{"nope"}, Cursor: "x"})
+		for _, f := range []string{"limit:", "status:", "cursor:"} {
+			if !strings.Contains(fmt.Sprint(err), f) {
+				t.Errorf("%v does not name %s", err, f)
+			}
+		}
+	})
+}
+
+// TestInboxSearchUsesWordMatch checks that the console inbox's search box
+// finds sessions by words of goal, ticket and notes with the same predicate
+// as ListSessions, and still by a pasted session id.
+func TestInboxSearchUsesWordMatch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		f := newSearchFixture(ctx, t, s)
+		other := escalated(ctx, t, s, 3, "T-5000", "")
+		for _, tc := range []struct {
+			search string
+			want   []string
+		}{
+			{"chargeback", []string{f.noted}},
+			{"T-4000", []string{f.noted}},
+			{"4000", []string{f.noted}},
+			{"refund eligible", []string{f.noted, other}}, // storetest's default goal
+			{f.noted, []string{f.noted}},
+			{"blender", nil}, // not in the inbox
+		} {
+			page, err := s.Inbox(ctx, models.InboxOpts{InboxFilter: models.InboxFilter{Search: tc.search}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ids(page.Rows)
+			slices.Sort(got)
+			want := slices.Clone(tc.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("inbox search %q = %v, want %v", tc.search, got, want)
+			}
+			// The listing finds the same sessions among those in human hands.
+			if tc.search == f.noted {
+				continue
+			}
+			lp, err := s.ListSessions(ctx, models.SessionQuery{Q: tc.search, Statuses: []models.Status{models.StatusEscalated, models.StatusHumanActive}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lg := summaryIDs(lp.Sessions)
+			slices.Sort(lg)
+			if !slices.Equal(lg, want) {
+				t.Errorf("listing q=%q = %v, want %v", tc.search, lg, want)
+			}
+		}
+	})
+}
