@@ -141,6 +141,7 @@ var accessMatrix = map[string]routeCase{
 	"GET /api/v1/openapi.json":               {want: everyone(200)},
 	"GET /api/v1/metrics":                    {want: readAPI(200)},
 	"POST /api/v1/sessions":                  {want: ctlAPI(422)},
+	"GET /api/v1/sessions":                   {want: readAPI(200)},
 	"GET /api/v1/sessions/:id":               {path: "/api/v1/sessions/ses_missing", want: readAPI(404)},
 	"GET /api/v1/sessions/:id/events":        {path: "/api/v1/sessions/ses_missing/events", want: readAPI(404)},
 	"GET /api/v1/sessions/:id/state":         {path: "/api/v1/sessions/ses_missing/state", want: readAPI(422)},
