@@ -489,7 +489,11 @@ func TestListSessionsPlansAtScale(t *testing.T) {
 		{"q note words", models.SessionQuery{Q: "callback customer"}, nil},
 		{"q and status", models.SessionQuery{Q: "chargeback", Statuses: []models.Status{models.StatusCompleted, models.StatusOpen}}, func(r models.SessionSummary) bool { return strings.Contains(r.Goal, "chargeback") }},
 		{"queue and updated_after", models.SessionQuery{Queue: "refunds", UpdatedAfter: base.Add(time.Duration(n-5000) * time.Second)}, func(r models.SessionSummary) bool { return r.Queue == "refunds" }},
-		{"everything", models.SessionQuery{Statuses: []models.Status{models.StatusCompleted}, Queue: "refunds", Q: "refund", UpdatedAfter: base.Add(time.Hour)}, nil},
+		// Every filter at once (sessions i%20 == 0 match them all).
+		{"everything", models.SessionQuery{Statuses: []models.Status{models.StatusOpen}, Queue: "refunds", Q: "refund", UpdatedAfter: base.Add(time.Hour)},
+			func(r models.SessionSummary) bool {
+				return r.Status == models.StatusOpen && r.Queue == "refunds" && strings.HasPrefix(r.Goal, "Refund")
+			}},
 	}
 	for _, tc := range cases {
 		q := tc.q
