@@ -163,3 +163,79 @@ func TestSessionsPagePagination(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionsPageSearch checks the console's search box: it finds sessions
+// by words of goal, ticket and notes through models.ListSessions (the
+// function behind GET /api/v1/sessions), keeps the search across status
+// filters and pages, and explains a search it cannot run next to the box.
+func TestSessionsPageSearch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		agentUser := newUser(t, s, "search-agent@example.com", models.RoleAgent)
+		refund := storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: "T-1182", Goal: "Refund order 1182 if eligible"})
+		blender := storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: "T-2001", Goal: "Replace the damaged blender"})
+		noted := storetest.Session(ctx, t, s, &storetest.SessionOpts{TicketRef: "T-3000", Goal: "Audit the ledger"})
+		v := int64(1)
+		if _, err := s.Transition(ctx, noted, models.EventSessionEscalated, "test:controller", "", models.TransitionInput{ExpectedVersion: &v}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AddNote(ctx, noted, agentUser, "", models.NoteInput{ExpectedVersion: storetest.Ptr(int64(2)), Text: "Customer mentioned a chargeback."}); err != nil {
+			t.Fatal(err)
+		}
+
+		b := newBrowser(t, s, web.Config{})
+		b.mustLogin("search-agent@example.com", testPassword)
+		for _, tc := range []struct {
+			path string
+			want []string
+		}{
+			{"/console/sessions?q=blender", []string{blender}},
+			{"/console/sessions?q=t-1182", []string{refund}},
+			{"/console/sessions?q=chargeback", []string{noted}},
+			{"/console/sessions?q=chargeback&status=open", nil},
+			{"/console/sessions?q=order+refund", []string{refund}},
+		} {
+			p := b.get(tc.path)
+			if p.StatusCode != http.StatusOK {
+				t.Fatalf("%s: status %d", tc.path, p.StatusCode)
+			}
+			doc := p.Doc(t)
+			var got []string
+			for _, r := range sessionRows(t, doc) {
+				got = append(got, r.ID)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("%s: %v, want %v", tc.path, got, tc.want)
+			}
+			// The box shows the search; status filters keep it.
+			q, _ := doc.Find(`input[name="q"]`).Attr("value")
+			href, _ := doc.Find(`[data-testid="status-filters"] a[data-status="open"]`).Attr("href")
+			if q == "" || !strings.Contains(href, "q=") {
+				t.Errorf("%s: box %q, status link %q", tc.path, q, href)
+			}
+		}
+		// The search keeps across pages.
+		for range handlers.SessionsPageSize {
+			storetest.Session(ctx, t, s, &storetest.SessionOpts{Goal: "Refund a parcel"})
+		}
+		doc := b.get("/console/sessions?q=refund").Doc(t)
+		next, ok := doc.Find(`[data-testid="next-page"]`).Attr("href")
+		if !ok || !strings.Contains(next, "q=refund") {
+			t.Fatalf("next link %q", next)
+		}
+		if rows := sessionRows(t, b.get(next).Doc(t)); len(rows) != 1 || rows[0].ID != refund {
+			t.Fatalf("second page %+v", rows)
+		}
+		// A search without a word, or a stale page link: an inline error.
+		for _, path := range []string{"/console/sessions?q=%21%21%21", "/console/sessions?after=bogus"} {
+			p := b.get(path)
+			if p.StatusCode != http.StatusUnprocessableEntity {
+				t.Fatalf("%s: status %d", path, p.StatusCode)
+			}
+			if msg := strings.TrimSpace(p.Doc(t).Find(`[data-testid="search-error"]`).Text()); msg == "" {
+				t.Errorf("%s: no inline error", path)
+			}
+		}
+	})
+}
