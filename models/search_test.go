@@ -533,3 +533,80 @@ func TestListSessionsPlansAtScale(t *testing.T) {
 		}
 	}
 }
+
+// TestListSessionsPlansOnSQLite checks the same on the embedded database,
+// at a size it is meant for: no page query reads the sessions table in full
+// (SQLite's "SCAN sessions" without an index), and the word search answers
+// from the FTS5 index.
+func TestListSessionsPlansOnSQLite(t *testing.T) {
+	t.Parallel()
+	s := storetest.New(t, models.SQLite)
+	ctx := context.Background()
+	const n = 20_000
+	// Inserted through the triggers, so the FTS index is filled as the write
+	// path fills it.
+	err := s.DB.Exec(`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?)
+INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version, current_step, queue, state, last_hash, search_notes, created_at, updated_at)
+SELECT printf('ses_%08d', i), CASE WHEN i % 10 = 0 THEN printf('ses_%08d', i / 10) END, 'T-' || (i / 3),
+       CASE i % 5 WHEN 0 THEN 'Refund order ' WHEN 1 THEN 'Replace the blender ' ELSE 'Check the invoice ' END || (i % 997)
+         || CASE WHEN i % 1000 = 0 THEN ' after a chargeback' ELSE '' END,
+       CASE i % 20 WHEN 0 THEN 'open' WHEN 1 THEN 'queued' WHEN 2 THEN 'escalated' ELSE 'completed' END,
+       3, 1, 'step', CASE i % 4 WHEN 0 THEN 'refunds' ELSE 'shipping' END, '{}', '',
+       CASE WHEN i % 500 = 0 THEN 'customer phoned about a callback' ELSE '' END,
+       '2026-01-01T00:00:00.000000Z', strftime('%Y-%m-%dT%H:%M:%S.000000Z', '2026-01-01', '+' || ((i * 7919) % ?) || ' seconds')
+FROM g`, n, n).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB.Exec(`ANALYZE`).Error; err != nil {
+		t.Fatal(err)
+	}
+	captured := captureSQL(t, s)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, q := range []models.SessionQuery{
+		{},
+		{Statuses: []models.Status{models.StatusOpen}},
+		{Statuses: []models.Status{models.StatusOpen, models.StatusEscalated}},
+		{Queue: "refunds"},
+		{TicketRef: "T-4242"},
+		{ParentID: "ses_00000042"},
+		{UpdatedAfter: base.Add(time.Duration(n-100) * time.Second)},
+		{Q: "chargeback"},
+		{Q: "T-4242"},
+		{Q: "callback customer"},
+		{Q: "refund", Statuses: []models.Status{models.StatusOpen}, Queue: "refunds"},
+	} {
+		q.Limit = 20
+		for p := range 2 {
+			*captured = (*captured)[:0]
+			page, err := s.ListSessions(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan []struct {
+				Detail string
+			}
+			if err := s.DB.Raw("EXPLAIN QUERY PLAN " + (*captured)[0]).Scan(&plan).Error; err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for _, r := range plan {
+				lines = append(lines, r.Detail)
+			}
+			text := strings.Join(lines, "\n")
+			for _, l := range lines {
+				if (l == "SCAN sessions" || strings.HasPrefix(l, "SCAN sessions ")) && !strings.Contains(l, "USING") {
+					t.Errorf("%+v (page %d) reads sessions in full:\n%s", q, p, text)
+				}
+			}
+			t.Logf("%+v, page %d:\n%s", q, p, text)
+			if q.Q != "" && !strings.Contains(text, "sessions_fts") {
+				t.Errorf("%+v does not use the FTS index:\n%s", q, text)
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			q.Cursor = page.NextCursor
+		}
+	}
+}
