@@ -610,3 +610,48 @@ FROM g`, n, n).Error
 		}
 	}
 }
+
+// TestSearchNotesBackfill rolls migration 00009 back and applies it again on
+// a database holding notes: the migration fills search_notes from the
+// stored states exactly as the projection writes it (verify compares the
+// column with the replayed state), and the notes are searchable at once.
+func TestSearchNotesBackfill(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		sid := escalated(ctx, t, s, 2, "T-77", "")
+		agent := mustUser(t, s, "backfill@example.com", models.RoleAgent)
+		for i, text := range []string{"Customer said \"it's urgent\" — ünïcödé", "Second line\nwith a chargeback"} {
+			if _, err := s.AddNote(ctx, sid, agent, "", models.NoteInput{ExpectedVersion: storetest.Ptr(int64(2 + i)), Text: text}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plain := storetest.Session(ctx, t, s, nil)
+		if v, err := s.MigrateDown(ctx); err != nil || v != 9 {
+			t.Fatalf("down: %d, %v (this test assumes 00009 is the newest migration)", v, err)
+		}
+		if _, err := s.MigrateUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := s.Verify(ctx, models.VerifyOpts{SessionIDs: []string{sid, plain}})
+		if err != nil || !rep.OK() {
+			t.Fatalf("verify after the backfill: %+v, %v", rep.Problems, err)
+		}
+		for _, q := range []string{"chargeback", "urgent", "ünïcödé", "T-77"} {
+			page, err := s.ListSessions(ctx, models.SessionQuery{Q: q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := summaryIDs(page.Sessions); !slices.Equal(got, []string{sid}) {
+				t.Errorf("q=%s after the backfill: %v", q, got)
+			}
+		}
+		// Tampering with the column is caught by verify.
+		if err := s.DB.Exec(`UPDATE sessions SET search_notes = 'forged' WHERE id = ?`, sid).Error; err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := s.Verify(ctx, models.VerifyOpts{SessionIDs: []string{sid}}); err != nil || rep.OK() {
+			t.Fatalf("verify missed a forged search_notes: %+v, %v", rep, err)
+		}
+	})
+}
