@@ -3,6 +3,7 @@ package models_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -269,21 +270,28 @@ func TestWaitingOnInput(t *testing.T) {
 }
 
 // BenchmarkWaitingOnInput measures the first page of the "Waiting on input"
-// view on PostgreSQL with 5,000 waiting sessions of 20 events each (and
-// 5,000 open ones), as fixture rows inserted in bulk. The page costs one
-// index probe into events (session_id, type, seq) per waiting session, not
-// per event: it grows with the number of sessions waiting, not with their
-// histories.
+// view on PostgreSQL, with half of the sessions waiting, as fixture rows
+// inserted in bulk. The page is a keyset read of the partial index on
+// input_requested_at plus a count: its cost should not grow with the
+// histories (events=10 against 100) and only the count grows with the
+// number of sessions waiting.
 //
 //	go test -run '^$' -bench WaitingOnInput ./models
 func BenchmarkWaitingOnInput(b *testing.B) {
+	for _, c := range []struct{ sessions, events int }{{2000, 10}, {2000, 100}, {10000, 10}} {
+		b.Run(fmt.Sprintf("sessions=%d/events=%d", c.sessions, c.events), func(b *testing.B) {
+			benchWaiting(b, c.sessions, c.events)
+		})
+	}
+}
+
+func benchWaiting(b *testing.B, sessions, events int) {
 	s := storetest.New(b, models.Postgres)
 	ctx := context.Background()
-	const sessions, events = 10000, 20
 	err := s.DB.WithContext(ctx).Exec(`
-INSERT INTO sessions (id, goal, status, priority, state_version, state, last_hash, created_at, updated_at)
+INSERT INTO sessions (id, goal, status, priority, state_version, state, last_hash, created_at, updated_at, input_requested_at)
 SELECT 'ses_b' || lpad(i::text, 6, '0'), 'goal ' || i, CASE WHEN i % 2 = 0 THEN 'awaiting_input' ELSE 'open' END,
-	1 + i % 5, ?, '{}', '', now(), now()
+	1 + i % 5, ?, '{}', '', now(), now(), CASE WHEN i % 2 = 0 THEN now() - make_interval(secs => i) END
 FROM generate_series(1, ?) AS i`, events, sessions).Error
 	if err != nil {
 		b.Fatal(err)
@@ -303,7 +311,7 @@ FROM generate_series(1, ?) AS i, generate_series(1, ?) AS n`, events, sessions, 
 	b.ResetTimer()
 	for b.Loop() {
 		page, err := s.WaitingOnInput(ctx, "", models.DefaultInboxLimit)
-		if err != nil || len(page.Rows) != models.DefaultInboxLimit || page.Total != sessions/2 {
+		if err != nil || len(page.Rows) != models.DefaultInboxLimit || page.Total != int64(sessions/2) {
 			b.Fatalf("page: %d rows, total %d, %v", len(page.Rows), page.Total, err)
 		}
 	}

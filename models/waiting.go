@@ -3,21 +3,14 @@ package models
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
 // The "Waiting on input" view of the inbox: sessions in awaiting_input,
-// the longest waiting first. How long a session has waited is read from the
-// event log (the event that asked the question), not from a column, so it
-// needs no schema change and cannot drift from the history.
-
-// enteredAwaitingInput are the events that move a session into
-// awaiting_input by asking something. (session.resumed also returns a paused
-// session there, but the question has been waiting since it was asked.)
-// While a session waits, none of these can happen again without it leaving
-// awaiting_input first, so the newest of them is when the current wait began.
-var enteredAwaitingInput = []EventType{EventResultNeedsInput, EventResultFailed, EventHumanRequestedInput}
+// the longest waiting first. How long a session has waited is the projection
+// column input_requested_at (migration 00007): set when the question is
+// asked and kept while the session waits, so the view is a keyset read of a
+// partial index.
 
 // WaitingRow is one session waiting for input.
 type WaitingRow struct {
@@ -50,36 +43,26 @@ type waitingKey struct {
 }
 
 // WaitingOnInput returns one page of the sessions in awaiting_input, the
-// longest waiting first (then by id), after the cursor after. A page is one
-// query: each awaiting_input row (found through the status index) looks up
-// its newest asking event through events (session_id, type, seq).
+// longest waiting first (then by id), after the cursor after: one range read
+// of sessions_waiting_input_idx, and a count.
 func (s *Store) WaitingOnInput(ctx context.Context, after string, limit int) (WaitingPage, error) {
 	if limit <= 0 {
 		limit = DefaultInboxLimit
 	}
 	limit = min(limit, MaxInboxLimit)
-	types := make([]string, len(enteredAwaitingInput))
-	for i, t := range enteredAwaitingInput {
-		types[i] = "'" + string(t) + "'"
-	}
-	// The asking event always exists for a session that reached
-	// awaiting_input through the write path; updated_at covers a database
-	// edited by hand rather than dropping the row.
-	inner := `SELECT s.id, s.ticket_ref, s.goal, s.priority, s.state_version, s.current_step, s.queue,
-	COALESCE((SELECT e.created_at FROM events e WHERE e.session_id = s.id AND e.type IN (` + strings.Join(types, ", ") + `)
-		ORDER BY e.seq DESC LIMIT 1), s.updated_at) AS waiting_since
-FROM sessions s WHERE s.status = '` + string(StatusAwaitingInput) + `'`
-	q := `SELECT * FROM (` + inner + `) AS w`
+	// The status is a literal so that the planner matches the partial index.
+	q := `SELECT id, ticket_ref, goal, priority, state_version, current_step, queue, input_requested_at AS waiting_since
+FROM sessions WHERE status = 'awaiting_input' AND input_requested_at IS NOT NULL`
 	var args []any
 	if after != "" {
 		var k waitingKey
 		if err := decodeCursor(after, &k); err != nil || k.ID == "" || k.Since.IsZero() {
 			return WaitingPage{}, &ValidationError{Fields: []FieldError{{Field: "after", Message: "is not a cursor of this view"}}}
 		}
-		q += ` WHERE (waiting_since, id) > (` + s.timeParam() + `, ?)`
+		q += ` AND (input_requested_at, id) > (` + s.timeParam() + `, ?)`
 		args = append(args, k.Since, k.ID)
 	}
-	q += ` ORDER BY waiting_since, id LIMIT ?`
+	q += ` ORDER BY input_requested_at, id LIMIT ?`
 	args = append(args, limit+1)
 	var rows []WaitingRow
 	if err := s.DB.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
