@@ -126,12 +126,16 @@ func runAction(ctx context.Context, s *models.Store, a models.TakeoverAction, id
 }
 
 // provideInput answers a session waiting for input from the console form:
-// the answer, facts as key=value lines and, when a queue or a step is
-// filled in, the next step to delegate in the same transaction.
+// the answer, facts as key=value lines and, when a queue, step or
+// instructions are filled in, the next step to delegate in the same
+// transaction.
 func provideInput(ctx context.Context, s *models.Store, id string, u models.User, key string, ev *int64, v map[string]string) (models.Outcome, error) {
 	in := models.InputInput{ExpectedVersion: ev, Answer: v["answer"]}
-	if q, st := strings.TrimSpace(v["delegate.queue"]), v["delegate.step"]; q != "" || strings.TrimSpace(st) != "" {
-		in.Delegate = &models.InputDelegate{Queue: q, Step: st, Instructions: v["delegate.instructions"]}
+	// Any of the three filled in asks for a delegation, so that instructions
+	// typed without a queue are refused rather than dropped.
+	q, st, instr := strings.TrimSpace(v["delegate.queue"]), v["delegate.step"], v["delegate.instructions"]
+	if q != "" || strings.TrimSpace(st) != "" || strings.TrimSpace(instr) != "" {
+		in.Delegate = &models.InputDelegate{Queue: q, Step: st, Instructions: instr}
 	}
 	facts, ferr := parseFactLines(v["facts"])
 	in.Facts = facts

@@ -70,6 +70,14 @@ func TestConsoleProvideInput(t *testing.T) {
 		if fieldValue(f, "delegate.queue") != "bad queue!" || fieldValue(f, "delegate.instructions") != "Refund it" {
 			t.Errorf("typed values not kept: %q %q", fieldValue(f, "delegate.queue"), fieldValue(f, "delegate.instructions"))
 		}
+		// Instructions alone ask for a delegation: queue and step are missing.
+		noWrites(t, s, func() {
+			p = submitForm(ana, form(d, "provide-input"), map[string]string{"answer": "Visa", "delegate.instructions": "Refund it"})
+		})
+		if f := form(p.Doc(t), "provide-input"); p.StatusCode != http.StatusUnprocessableEntity ||
+			f.Find(`[data-field="delegate.queue"]`).Length() != 1 || f.Find(`[data-field="delegate.step"]`).Length() != 1 {
+			t.Fatalf("instructions without a queue: status %d", p.StatusCode)
+		}
 		// Facts that are not key=value lines.
 		noWrites(t, s, func() { p = submitForm(ana, form(d, "provide-input"), map[string]string{"facts": "no equals"}) })
 		if p.StatusCode != http.StatusUnprocessableEntity || form(p.Doc(t), "provide-input").Find(`[data-field="facts"]`).Length() != 1 {
