@@ -106,6 +106,8 @@ var accessMatrix = map[string]routeCase{
 	"POST /console/sessions/:id/hand-back":     {path: "/console/sessions/ses_missing/hand-back", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/complete":      {path: "/console/sessions/ses_missing/complete", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/reject":        {path: "/console/sessions/ses_missing/reject", want: formAccess(404, 403, 404)},
+	"POST /console/sessions/:id/provide-input": {path: "/console/sessions/ses_missing/provide-input", want: formAccess(404, 403, 404)},
+	"GET /console/inbox/waiting":               {want: pageAccess(200, 403, 200)},
 
 	// Reviews: reviewers and admins.
 	"GET /console/reviews":                       {want: reviewed(200)},
@@ -152,6 +154,7 @@ var accessMatrix = map[string]routeCase{
 	"POST /api/v1/sessions/:id/cancel":       {path: "/api/v1/sessions/ses_missing/cancel", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/delegations":  {path: "/api/v1/sessions/ses_missing/delegations", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/children":     {path: "/api/v1/sessions/ses_missing/children", want: ctlAPI(422)},
+	"POST /api/v1/sessions/:id/input":        {path: "/api/v1/sessions/ses_missing/input", want: ctlAPI(422)},
 	"POST /api/v1/queues/:queue/lease":       {path: "/api/v1/queues/refunds/lease", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/heartbeat": {path: "/api/v1/delegations/dlg_missing/heartbeat", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/result":    {path: "/api/v1/delegations/dlg_missing/result", want: workAPI(422)},

@@ -47,6 +47,9 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/sessions/:id/delegations", a.delegate, a.auth(controllerRoles...))
 	g.POST("/sessions/:id/children", a.children, a.auth(controllerRoles...))
 
+	// Answering a request for input (v1.1).
+	g.POST("/sessions/:id/input", a.provideInput, a.auth(controllerRoles...))
+
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))

@@ -228,6 +228,9 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"ChildrenRequest": models.SpawnInput{},
 		"ChildSpec":       models.ChildInput{},
 		"Join":            models.JoinInput{},
+		// Answering a request for input (v1.1).
+		"InputRequest":  models.InputInput{},
+		"InputDelegate": models.InputDelegate{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

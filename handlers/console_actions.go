@@ -26,6 +26,9 @@ var actionFields = map[models.TakeoverAction][]string{
 	models.ActHandBack:     {"queue"},
 	models.ActComplete:     {"resolution"},
 	models.ActReject:       {"reason"},
+	// The answer form's delegate fields are named like the API's, so that
+	// "delegate.queue" errors land next to their field.
+	models.ActProvideInput: {"answer", "facts", "delegate.queue", "delegate.step", "delegate.instructions"},
 }
 
 // ConsoleActions lists the takeover actions, for route registration.
@@ -33,6 +36,7 @@ func ConsoleActions() []models.TakeoverAction {
 	return []models.TakeoverAction{
 		models.ActClaim, models.ActRelease, models.ActForceRelease, models.ActNote, models.ActRequestInput,
 		models.ActResume, models.ActHandBack, models.ActComplete, models.ActReject,
+		models.ActProvideInput,
 	}
 }
 
@@ -46,6 +50,7 @@ var actionDone = map[models.TakeoverAction]string{
 	models.ActHandBack:     "Handed back: the step is queued again.",
 	models.ActComplete:     "Session completed.",
 	models.ActReject:       "Session rejected.",
+	models.ActProvideInput: "Answer recorded.",
 }
 
 // ConsoleAction serves POST /console/sessions/:id/<action>. The form names
@@ -68,7 +73,11 @@ func ConsoleAction(s *models.Store, a models.TakeoverAction) echo.HandlerFunc {
 		if err != nil {
 			return renderRefused(c, s, id, a, expected, values, err)
 		}
-		if err := AddFlash(c, views.Banner{Kind: "success", Text: actionDone[a]}); err != nil {
+		done := actionDone[a]
+		if a == models.ActProvideInput && values["delegate.queue"]+values["delegate.step"] != "" {
+			done = "Answer recorded and the next step queued."
+		}
+		if err := AddFlash(c, views.Banner{Kind: "success", Text: done}); err != nil {
 			return err
 		}
 		return c.Redirect(http.StatusSeeOther, string(views.SessionURL(id)))
@@ -110,8 +119,36 @@ func runAction(ctx context.Context, s *models.Store, a models.TakeoverAction, id
 		return s.CompleteHuman(ctx, id, u, key, models.CompleteInput{ExpectedVersion: ev, Resolution: v["resolution"]})
 	case models.ActReject:
 		return s.RejectHuman(ctx, id, u, key, models.RejectInput{ExpectedVersion: ev, Reason: v["reason"]})
+	case models.ActProvideInput:
+		return provideInput(ctx, s, id, u, key, ev, v)
 	}
 	return models.Outcome{}, echo.ErrNotFound
+}
+
+// provideInput answers a session waiting for input from the console form:
+// the answer, facts as key=value lines and, when a queue, step or
+// instructions are filled in, the next step to delegate in the same
+// transaction.
+func provideInput(ctx context.Context, s *models.Store, id string, u models.User, key string, ev *int64, v map[string]string) (models.Outcome, error) {
+	in := models.InputInput{ExpectedVersion: ev, Answer: v["answer"]}
+	// Any of the three filled in asks for a delegation, so that instructions
+	// typed without a queue are refused rather than dropped.
+	q, st, instr := strings.TrimSpace(v["delegate.queue"]), v["delegate.step"], v["delegate.instructions"]
+	if q != "" || strings.TrimSpace(st) != "" || strings.TrimSpace(instr) != "" {
+		in.Delegate = &models.InputDelegate{Queue: q, Step: st, Instructions: instr}
+	}
+	facts, ferr := parseFactLines(v["facts"])
+	in.Facts = facts
+	if ferr != nil {
+		// Report the facts together with every other invalid field.
+		all := &models.ValidationError{Fields: ferr.Fields}
+		var ve *models.ValidationError
+		if errors.As(in.Validate(), &ve) {
+			all.Fields = append(all.Fields, ve.Fields...)
+		}
+		return models.Outcome{}, all
+	}
+	return s.ProvideInputAs(ctx, id, u, key, in)
 }
 
 // parseFactLines reads "key=value" lines; blank lines are skipped.

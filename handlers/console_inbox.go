@@ -40,6 +40,9 @@ func ConsoleInbox(s *models.Store) echo.HandlerFunc {
 		if isHTMX(c) {
 			return Render(c, http.StatusOK, views.InboxList(d))
 		}
+		if d.WaitingTotal, err = s.CountWaitingOnInput(ctx); err != nil {
+			return err
+		}
 		return Render(c, http.StatusOK, views.InboxPage(d))
 	}
 }

@@ -175,6 +175,9 @@ type ResultPayload struct {
 type InputPayload struct {
 	Facts  map[string]any `json:"facts,omitempty"`
 	Answer string         `json:"answer,omitempty"`
+	// Question is the open questions the answer answered, one per line, as
+	// they stood when it was given.
+	Question string `json:"question,omitempty"`
 }
 
 // HumanPayload is what a human did in a takeover.

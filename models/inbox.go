@@ -535,6 +535,8 @@ const (
 	ActHandBack     TakeoverAction = "hand-back"
 	ActComplete     TakeoverAction = "complete"
 	ActReject       TakeoverAction = "reject"
+	// ActProvideInput answers a session waiting in awaiting_input.
+	ActProvideInput TakeoverAction = "provide-input"
 )
 
 // TakeoverActions lists what u may do to a session in state st, in the order
@@ -544,6 +546,10 @@ const (
 func TakeoverActions(st State, u User) []TakeoverAction {
 	if !u.CanTakeOver() {
 		return nil
+	}
+	if st.Status == StatusAwaitingInput {
+		// ProvideInputAs accepts the same people (CanTakeOver).
+		return []TakeoverAction{ActProvideInput}
 	}
 	switch st.Status {
 	case StatusEscalated:

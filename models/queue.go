@@ -129,19 +129,32 @@ func (s *Store) Delegate(ctx context.Context, sessionID, actor, idemKey string, 
 	if err != nil {
 		return Outcome{}, err
 	}
-	at, err := s.scheduledAt(in.AvailableAt, in.DelaySeconds)
+	cmd, err := s.delegateCommand(sessionID, actor, in)
 	if err != nil {
 		return Outcome{}, err
+	}
+	cmd.ExpectedVersion, cmd.IdempotencyKey, cmd.Fingerprint = in.ExpectedVersion, idemKey, fp
+	return s.Execute(ctx, cmd)
+}
+
+// delegateCommand is the delegation.created command of a validated
+// DelegateInput, with the Effect that inserts the delegation row. Delegate
+// executes it; an answer to a request for input chains it (Command.Then), so
+// both queue a step exactly the same way.
+func (s *Store) delegateCommand(sessionID, actor string, in DelegateInput) (Command, error) {
+	at, err := s.scheduledAt(in.AvailableAt, in.DelaySeconds)
+	if err != nil {
+		return Command{}, err
 	}
 	p := DelegationPayload{
 		DelegationID: NewID("dlg"), Queue: in.Queue, Step: strings.TrimSpace(in.Step), Instructions: in.Instructions,
 		MaxAttempts: intOr(in.MaxAttempts, DefaultMaxAttempts), LeaseSeconds: intOr(in.LeaseSeconds, DefaultLeaseSeconds),
 		Facts: in.Facts, AvailableAt: formatScheduled(at),
 	}
-	return s.Execute(ctx, Command{
-		SessionID: sessionID, Type: EventDelegationCreated, Actor: actor, ExpectedVersion: in.ExpectedVersion,
-		Payload: p, IdempotencyKey: idemKey, Fingerprint: fp, Effect: s.insertDelegation(p, at),
-	})
+	return Command{
+		SessionID: sessionID, Type: EventDelegationCreated, Actor: actor,
+		Payload: p, Effect: s.insertDelegation(p, at),
+	}, nil
 }
 
 // DelegationCreated is Outcome.Data of a command that queued a delegation.

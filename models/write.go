@@ -37,6 +37,9 @@ type Session struct {
 	// SearchNotes is the text of the state's notes, one per line, for the
 	// word search of ListSessions (derived from State.Notes).
 	SearchNotes string
+	// InputRequestedAt is when the question of a session waiting for input
+	// was asked, for the inbox's "Waiting on input" view (see waitsForInput).
+	InputRequestedAt NullTime
 }
 
 // TableName pins the table name for GORM.
@@ -415,6 +418,10 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 			// Claims, releases and notes do not restart the escalation clock.
 			proj.EscalatedAt = row.EscalatedAt
 		}
+		if row.InputRequestedAt.Valid && waitsForInput(cur) && waitsForInput(next) {
+			// Notes, scores, a pause and resume: still the same question.
+			proj.InputRequestedAt = row.InputRequestedAt
+		}
 	}
 	s.appendEvent(tx, creates, proj, cur.Version, ev)
 	var data any
@@ -428,7 +435,7 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 
 const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goal = ?, status = ?, priority = ?,
 	state_version = ?, current_step = ?, queue = ?, assignee = ?, state = ?, last_hash = ?,
-	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?, search_notes = ?
+	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?, search_notes = ?, input_requested_at = ?
 	WHERE id = ? AND state_version = ?`
 
 const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at)`
@@ -459,10 +466,12 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 	var args []any
 	if creates {
 		args = []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes}
+			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
+			p.InputRequestedAt}
 	} else {
 		args = []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes, p.ID, before}
+			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
+			p.InputRequestedAt, p.ID, before}
 	}
 	if s.Dialect == Postgres {
 		q := updateSessionWithEvent
@@ -487,8 +496,9 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 // commit (the COMMIT may be in the same batch).
 var (
 	insertSession = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
-	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at, search_notes)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at,
+	search_notes, input_requested_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
@@ -521,7 +531,16 @@ func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
 	if st.Status == StatusWaitingChildren && st.Join != nil {
 		p.JoinDueAt = stateTime(st.Join.DueAt)
 	}
+	if waitsForInput(st) {
+		p.InputRequestedAt = NullTime{Time: now, Valid: true}
+	}
 	return p
+}
+
+// waitsForInput reports whether a session waits for an answer: in
+// awaiting_input, or paused from there.
+func waitsForInput(st State) bool {
+	return st.Status == StatusAwaitingInput || (st.Status == StatusPaused && st.PausedFrom == StatusAwaitingInput)
 }
 
 func inHumanHands(s Status) bool { return s == StatusEscalated || s == StatusHumanActive }

@@ -16,6 +16,7 @@ func consoleRoutes(e *echo.Echo, s *models.Store) {
 	agents := handlers.RequireUser(models.RoleAgent)
 	e.GET("/console", handlers.ConsoleInbox(s), agents)
 	e.GET("/console/inbox", handlers.ConsoleInbox(s), agents)
+	e.GET("/console/inbox/waiting", handlers.ConsoleWaiting(s), agents)
 	e.GET("/console/sessions/:id", handlers.ConsoleSession(s), handlers.RequireUser())
 	for _, a := range handlers.ConsoleActions() {
 		e.POST("/console/sessions/:id/"+string(a), handlers.ConsoleAction(s, a), agents)

@@ -1,0 +1,99 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The "Waiting on input" view of the inbox: sessions in awaiting_input,
+// the longest waiting first. How long a session has waited is the projection
+// column input_requested_at (migration 00007): set when the question is
+// asked and kept while the session waits, so the view is a keyset read of a
+// partial index.
+
+// WaitingRow is one session waiting for input.
+type WaitingRow struct {
+	ID           string
+	TicketRef    string
+	Goal         string
+	Priority     int
+	StateVersion int64
+	CurrentStep  string
+	Queue        string
+	// WaitingSince is when the session entered awaiting_input.
+	WaitingSince UTCTime
+}
+
+// Waited is how long the session has waited at now.
+func (r WaitingRow) Waited(now time.Time) time.Duration { return now.Sub(r.WaitingSince.Time) }
+
+// WaitingPage is one page of the sessions waiting for input.
+type WaitingPage struct {
+	Rows []WaitingRow
+	// Next is the cursor of the next page, empty on the last page.
+	Next string
+	// Total counts every session waiting for input.
+	Total int64
+}
+
+type waitingKey struct {
+	Since UTCTime `json:"w"`
+	ID    string  `json:"i"`
+}
+
+// WaitingOnInput returns one page of the sessions in awaiting_input, the
+// longest waiting first (then by id), after the cursor after: one range read
+// of sessions_waiting_input_idx, and a count.
+func (s *Store) WaitingOnInput(ctx context.Context, after string, limit int) (WaitingPage, error) {
+	if limit <= 0 {
+		limit = DefaultInboxLimit
+	}
+	limit = min(limit, MaxInboxLimit)
+	// The status is a literal so that the planner matches the partial index.
+	q := `SELECT id, ticket_ref, goal, priority, state_version, current_step, queue, input_requested_at AS waiting_since
+FROM sessions WHERE status = 'awaiting_input' AND input_requested_at IS NOT NULL`
+	var args []any
+	if after != "" {
+		var k waitingKey
+		if err := decodeCursor(after, &k); err != nil || k.ID == "" || k.Since.IsZero() {
+			return WaitingPage{}, &ValidationError{Fields: []FieldError{{Field: "after", Message: "is not a cursor of this view"}}}
+		}
+		q += ` AND (input_requested_at, id) > (` + s.timeParam() + `, ?)`
+		args = append(args, k.Since, k.ID)
+	}
+	q += ` ORDER BY input_requested_at, id LIMIT ?`
+	args = append(args, limit+1)
+	var rows []WaitingRow
+	if err := s.DB.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		return WaitingPage{}, fmt.Errorf("waiting on input: %w", err)
+	}
+	page := WaitingPage{Rows: rows}
+	if len(rows) > limit {
+		page.Rows = rows[:limit]
+		last := page.Rows[limit-1]
+		page.Next = encodeCursor(waitingKey{Since: last.WaitingSince, ID: last.ID})
+	}
+	var err error
+	page.Total, err = s.CountWaitingOnInput(ctx)
+	return page, err
+}
+
+// CountWaitingOnInput counts the sessions in awaiting_input.
+func (s *Store) CountWaitingOnInput(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.DB.WithContext(ctx).Model(&Session{}).Where("status = ?", StatusAwaitingInput).Count(&n).Error; err != nil {
+		return 0, fmt.Errorf("count waiting on input: %w", err)
+	}
+	return n, nil
+}
+
+// CountInHumanHands counts the sessions of the inbox (escalated or
+// claimed), for the tab of the "Waiting on input" view.
+func (s *Store) CountInHumanHands(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.DB.WithContext(ctx).Model(&Session{}).Where(inboxWhere).Count(&n).Error; err != nil {
+		return 0, fmt.Errorf("count inbox: %w", err)
+	}
+	return n, nil
+}
