@@ -269,11 +269,15 @@ func (s *Store) onChildDone(ctx context.Context, parentID string) {
 // contract is decided (met, conflicting, unmet or timed out) and returns the
 // result, or "" when the parent is not waiting or the join is not decided yet.
 func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, error) {
-	var result string
+	var (
+		result string
+		losers []string
+		reason string
+	)
 	_, err := s.Execute(ctx, Command{
 		SessionID: parentID, Type: EventChildrenJoined, Actor: JoinActor,
 		Prepare: func(tx *Tx, cur State) (any, error) {
-			result = ""
+			result, losers, reason = "", nil, ""
 			if cur.Status != StatusWaitingChildren || cur.Join == nil {
 				return nil, errSkip
 			}
@@ -286,7 +290,23 @@ func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, erro
 				return nil, errSkip
 			}
 			result = p.Result
+			losers, reason = joinLosers(*cur.Join, p)
 			return p, nil
+		},
+		// The children an any or quorum join no longer needs are cancelled
+		// with the join, so no worker keeps spending on them.
+		Effect: func(tx *Tx, next State, ev Event) (any, error) {
+			for _, id := range losers {
+				_, _, err := s.ExecuteTx(tx, Command{
+					SessionID: id, Type: EventSessionCancelled, Actor: JoinActor,
+					Payload: ReasonPayload{Reason: reason},
+					Effect:  s.cancelWithChildren(JoinActor),
+				})
+				if err != nil && ErrorCode(err) != EILLEGAL {
+					return nil, fmt.Errorf("cancel losing child %s: %w", id, err)
+				}
+			}
+			return nil, nil
 		},
 	})
 	switch {
@@ -296,6 +316,28 @@ func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, erro
 		return "", nil
 	}
 	return "", fmt.Errorf("join of %s: %w", parentID, err)
+}
+
+// joinLosers lists the children a met any or quorum join leaves unfinished,
+// and the reason they are cancelled with: which children met the join.
+func joinLosers(j Join, p JoinPayload) ([]string, string) {
+	if p.Result != JoinMet || j.Policy == JoinAll {
+		return nil, ""
+	}
+	var winners, losers []string
+	for _, c := range p.Children {
+		switch {
+		case c.Status == StatusCompleted:
+			winners = append(winners, c.SessionID)
+		case !c.Status.Terminal():
+			losers = append(losers, c.SessionID)
+		}
+	}
+	policy := j.Policy
+	if j.Policy == JoinQuorum {
+		policy = fmt.Sprintf("quorum %d", j.Quorum)
+	}
+	return losers, fmt.Sprintf("join met by %s (policy %s)", strings.Join(winners, ", "), policy)
 }
 
 // childRow is the part of a child's session row a join decision reads.
