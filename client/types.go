@@ -241,6 +241,8 @@ type ChildInput struct {
 	Queue        string `json:"queue"`
 	Step         string `json:"step"`
 	Instructions string `json:"instructions,omitempty"`
+	// PacketMaxBytes is the child's packet budget (zero: the server's).
+	PacketMaxBytes int `json:"packet_max_bytes,omitempty"`
 }
 
 // JoinInput is how a parent waits for its children: policy all, any or

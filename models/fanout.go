@@ -71,6 +71,8 @@ type ChildInput struct {
 	Facts        map[string]any `json:"facts"`
 	MaxAttempts  *int           `json:"max_attempts"`
 	LeaseSeconds *int           `json:"lease_seconds"`
+	// PacketMaxBytes is the byte budget of the child's context packet.
+	PacketMaxBytes *int `json:"packet_max_bytes"`
 }
 
 // SpawnInput is a controller's fan-out request.
@@ -143,6 +145,7 @@ func (in SpawnInput) Validate() error {
 		sub := &ValidationError{}
 		validateDelegation(sub, c.Queue, c.Step, c.Instructions, c.MaxAttempts, c.LeaseSeconds)
 		validateFacts(sub, "facts", c.Facts)
+		validatePacketMaxBytes(sub, "packet_max_bytes", c.PacketMaxBytes)
 		for _, f := range sub.Fields {
 			v.Fields = append(v.Fields, FieldError{Field: prefix + f.Field, Message: f.Message})
 		}
@@ -215,8 +218,9 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 				}
 				p := DelegationPayload{
 					DelegationID: NewID("dlg"), Queue: c.Queue, Step: strings.TrimSpace(c.Step), Instructions: c.Instructions,
-					MaxAttempts:  intOr(c.MaxAttempts, DefaultMaxAttempts),
-					LeaseSeconds: intOr(c.LeaseSeconds, DefaultLeaseSeconds),
+					MaxAttempts:    intOr(c.MaxAttempts, DefaultMaxAttempts),
+					LeaseSeconds:   intOr(c.LeaseSeconds, DefaultLeaseSeconds),
+					PacketMaxBytes: intOr(c.PacketMaxBytes, 0),
 				}
 				insert := s.insertDelegation(p, time.Time{})
 				if _, _, err := s.ExecuteTx(tx, Command{

@@ -323,3 +323,32 @@ func TestResultUsageValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestChildPacketMaxBytes: a child's delegation carries its own packet
+// budget, and a bad one is refused naming the child's field.
+func TestChildPacketMaxBytes(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		pid := fanParent(ctx, t, s)
+		v := int64(1)
+		in := models.SpawnInput{ExpectedVersion: &v, Join: models.JoinInput{Policy: "all"}, Children: []models.ChildInput{
+			{Goal: "Check the carrier", Queue: "cpk", Step: "check", PacketMaxBytes: storetest.Ptr(5000)},
+			{Goal: "Check the bank", Queue: "cpk2", Step: "check", PacketMaxBytes: storetest.Ptr(100)},
+		}}
+		_, err := s.SpawnChildren(ctx, pid, fanActor, "", in)
+		var ve *models.ValidationError
+		if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "children[1].packet_max_bytes" {
+			t.Fatalf("spawn with a bad budget: %v", err)
+		}
+		in.Children[1].PacketMaxBytes = nil
+		if _, err := s.SpawnChildren(ctx, pid, fanActor, "", in); err != nil {
+			t.Fatal(err)
+		}
+		if l := leaseOn(ctx, t, s, "cpk"); l.Packet.Budget.MaxBytes != 5000 {
+			t.Fatalf("child packet budget %+v", l.Packet.Budget)
+		}
+		if l := leaseOn(ctx, t, s, "cpk2"); l.Packet.Budget.MaxBytes != models.DefaultPacketMaxBytes {
+			t.Fatalf("default child packet budget %+v", l.Packet.Budget)
+		}
+	})
+}
