@@ -201,7 +201,7 @@ type packetItem struct {
 
 type packetBuilder struct {
 	max     int
-	items   []*packetItem
+	items   []packetItem
 	trimmed []string
 }
 
@@ -229,9 +229,10 @@ func (b *packetBuilder) fit(name, s string, limit int) string {
 func (b *packetBuilder) collect(st State) {
 	share := b.max / 4 // no single droppable item takes more
 	protected := b.max / 8
+	b.items = make([]packetItem, 0, min(len(st.CompletedSteps), packetOutputs)+packetSteps+len(st.Notes)+len(st.Facts)+packetRisks+packetQs)
 	add := func(it *packetItem) {
 		it.seq = len(b.items)
-		b.items = append(b.items, it)
+		b.items = append(b.items, *it)
 	}
 
 	var outs []PreviousOutput
@@ -360,9 +361,9 @@ func (b *packetBuilder) trim(p *Packet) {
 	}
 	if total > b.max {
 		order := make([]*packetItem, 0, len(b.items))
-		for _, it := range b.items {
-			if !it.keep {
-				order = append(order, it)
+		for i := range b.items {
+			if !b.items[i].keep {
+				order = append(order, &b.items[i])
 			}
 		}
 		sort.SliceStable(order, func(i, k int) bool {
@@ -403,13 +404,18 @@ func (b *packetBuilder) trim(p *Packet) {
 			p.OpenQuestions = append(p.OpenQuestions, it.elem.(string))
 		}
 	}
+	worst := encodedLen(p.Budget)
 	if total > b.max {
 		b.squeeze(p)
+		total = encodedLen(p) // with the worst budget, as squeeze left it
 	}
+	// total is exact (every size above is the length encoding/json writes);
+	// swap the worst-case budget for the real one. Bytes counts itself:
+	// settle on the length that includes its own digits.
+	base := total - worst
 	p.Budget = PacketBudget{MaxBytes: b.max, Trimmed: nonNil(b.trimmed)}
-	// Bytes counts itself: settle on the length that includes its digits.
 	for range 4 {
-		n := encodedLen(p)
+		n := base + encodedLen(p.Budget)
 		if n == p.Budget.Bytes {
 			break
 		}
@@ -496,13 +502,59 @@ func (b *packetBuilder) squeeze(p *Packet) {
 }
 
 // encodedLen is the length of v's JSON encoding (as encoding/json writes it,
-// HTML-escaped, which is what the API sends).
+// HTML-escaped, which is what the API sends). Strings and booleans, most of
+// what a packet measures, are counted without encoding them.
 func encodedLen(v any) int {
+	switch x := v.(type) {
+	case string:
+		return jsonStringLen(x)
+	case bool:
+		if x {
+			return 4
+		}
+		return 5
+	case nil:
+		return 4
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic("models: packet part does not encode: " + err.Error())
 	}
 	return len(b)
+}
+
+// jsonStringLen is len(json.Marshal(s)) without the encoding: quotes, two
+// bytes for the short escapes, six for \u escapes (control characters, HTML
+// characters, U+2028 and U+2029, and each byte of invalid UTF-8, which
+// becomes \ufffd). TestJSONStringLen checks it against encoding/json.
+func jsonStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 6
+		case r == '\u2028' || r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
 }
 
 // truncMarker is what replaces the cut end of a truncated string.
