@@ -138,6 +138,22 @@ func TestPacketRunReasons(t *testing.T) {
 			t.Fatalf("notes in the packet: %+v", p.Notes)
 		}
 
+		// Escalated again, the step is handed back with a note.
+		w.submit(l, models.ResultInput{ResultType: models.ResultEscalated, Question: "The card was closed; what now?"})
+		v = w.version()
+		if _, err := s.ClaimEscalation(ctx, w.sid, agent, "", models.ClaimInput{ExpectedVersion: &v}); err != nil {
+			t.Fatal(err)
+		}
+		v = w.version()
+		if _, err := s.HandBack(ctx, w.sid, agent, "", models.HandBackInput{ExpectedVersion: &v, Note: "Refund to the new card ending 4242"}); err != nil {
+			t.Fatal(err)
+		}
+		l = leaseOn(ctx, t, s, "pk")
+		p = wantReason(t, w, l, models.RunAfterHuman, 1, "handed the step back at step refund: Refund to the new card ending 4242")
+		if n := len(p.Notes); n < 2 || p.Notes[n-1].Text != "Refund to the new card ending 4242" || p.Notes[n-2].Text != "Approved by phone; refund the full 240 EUR" {
+			t.Fatalf("notes in the packet: %+v", p.Notes)
+		}
+
 		// The result reports usage: it is in the event payload.
 		w.submit(l, models.ResultInput{ResultType: models.ResultCompleted, Evidence: []models.Evidence{{Claim: "refunded"}},
 			Usage: &models.Usage{InputTokens: storetest.Ptr(int64(1200)), CachedInputTokens: storetest.Ptr(int64(900))}})
