@@ -153,6 +153,11 @@ type Packet struct {
 	Step           string         `json:"step"`
 	Instructions   string         `json:"instructions"`
 	PrefixHash     string         `json:"prefix_hash"`
+	// Packet v2 (see packet.go).
+	RunReason       RunReason        `json:"run_reason"`
+	Notes           []PacketNote     `json:"notes"`
+	PreviousOutputs []PreviousOutput `json:"previous_outputs"`
+	Budget          PacketBudget     `json:"budget"`
 }
 
 // TransitionInput is a controller's pause, resume, escalate or cancel.
@@ -174,6 +179,9 @@ type DelegateInput struct {
 	MaxAttempts     int            `json:"max_attempts,omitempty"`
 	LeaseSeconds    int            `json:"lease_seconds,omitempty"`
 	Facts           map[string]any `json:"facts,omitempty"`
+	// PacketMaxBytes is the context packet's byte budget (4096–1048576;
+	// zero leaves the server's 32768).
+	PacketMaxBytes int `json:"packet_max_bytes,omitempty"`
 }
 
 // Delegation is the answer to Delegate.
@@ -224,6 +232,7 @@ type ResultInput struct {
 	Question    string       `json:"question,omitempty"`
 	Risks       []string     `json:"risks,omitempty"`
 	Failure     *Failure     `json:"failure,omitempty"`
+	Usage       *Usage       `json:"usage,omitempty"`
 }
 
 // ChildInput is one child session of a fan-out.
@@ -232,6 +241,8 @@ type ChildInput struct {
 	Queue        string `json:"queue"`
 	Step         string `json:"step"`
 	Instructions string `json:"instructions,omitempty"`
+	// PacketMaxBytes is the child's packet budget (zero: the server's).
+	PacketMaxBytes int `json:"packet_max_bytes,omitempty"`
 }
 
 // JoinInput is how a parent waits for its children: policy all, any or

@@ -293,7 +293,7 @@ func TestMetricsDashboard(t *testing.T) {
 			}
 			doc := getDoc(root, path)
 			metrics := doc.Find(`[data-testid="metric"]`)
-			if got := attrs(metrics, "data-metric"); strings.Join(got, ",") != "handoff_success,rework,recovery,state_conflicts,escalation_clarity" {
+			if got := attrs(metrics, "data-metric"); strings.Join(got, ",") != "handoff_success,rework,recovery,state_conflicts,escalation_clarity,prompt_cache" {
 				t.Fatalf("%s: metrics = %v", path, got)
 			}
 			doc.Find(`[data-testid="line-chart"]`).Each(func(_ int, c *goquery.Selection) {

@@ -231,6 +231,7 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		// Answering a request for input (v1.1).
 		"InputRequest":  models.InputInput{},
 		"InputDelegate": models.InputDelegate{},
+		"Usage":         models.Usage{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -146,8 +147,14 @@ func (a *API) stateAt(c echo.Context) error {
 }
 
 // packet serves GET /sessions/{id}/packet: the context packet built from the
-// stored latest valid state.
+// stored latest valid state, as JSON or (format=prompt) as text for a model
+// with its stable prefix's length and hash in the Prefix-Bytes and
+// Prefix-Hash headers.
 func (a *API) packet(c echo.Context) error {
+	format := c.QueryParam("format")
+	if format != "" && format != "json" && format != "prompt" {
+		return &models.ValidationError{Fields: []models.FieldError{{Field: "format", Message: "must be json or prompt"}}}
+	}
 	row, err := a.Store.GetSession(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
@@ -156,7 +163,20 @@ func (a *API) packet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, models.BuildPacket(st, ""))
+	p := models.BuildPacket(st, "")
+	if format == "prompt" {
+		pr := models.RenderPrompt(p)
+		h := c.Response().Header()
+		h.Set("Prefix-Bytes", strconv.Itoa(pr.PrefixBytes))
+		h.Set("Prefix-Hash", pr.PrefixHash)
+		return c.Blob(http.StatusOK, echo.MIMETextPlainCharsetUTF8, []byte(pr.Text))
+	}
+	// The exact bytes the budget measured.
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, b)
 }
 
 // transition serves POST /sessions/{id}/pause|resume|escalate|cancel.

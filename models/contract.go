@@ -20,6 +20,34 @@ type ResultInput struct {
 	Question    string          `json:"question"`
 	Risks       []string        `json:"risks"`
 	Failure     *Failure        `json:"failure"`
+	// Usage is what the worker's model call cost, for the prompt-cache hit
+	// rate in the product metrics.
+	Usage *Usage `json:"usage"`
+}
+
+// Usage is the token usage a worker reports with a result.
+type Usage struct {
+	InputTokens       *int64 `json:"input_tokens"`
+	CachedInputTokens *int64 `json:"cached_input_tokens"`
+}
+
+func (u *Usage) validate(v *ValidationError) {
+	if u == nil {
+		return
+	}
+	if u.InputTokens == nil {
+		v.Add("usage.input_tokens", "is required with usage")
+	} else if *u.InputTokens < 0 {
+		v.Add("usage.input_tokens", "must not be negative")
+	}
+	switch {
+	case u.CachedInputTokens == nil:
+		// Absent means nothing was cached.
+	case *u.CachedInputTokens < 0:
+		v.Add("usage.cached_input_tokens", "must not be negative")
+	case u.InputTokens != nil && *u.CachedInputTokens > *u.InputTokens:
+		v.Add("usage.cached_input_tokens", "must not exceed usage.input_tokens (%d)", *u.InputTokens)
+	}
 }
 
 // MaxOutputBytes bounds a result's output so that the state stays small.
@@ -95,6 +123,7 @@ func (in ResultInput) Validate() error {
 			}
 		}
 	}
+	in.Usage.validate(v)
 	if in.ResultType != ResultFailed && in.ResultType != "" && in.Failure != nil {
 		v.Add("failure", "must be null unless result_type is failed")
 	}

@@ -3,6 +3,8 @@ package models
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 )
 
@@ -119,6 +121,8 @@ type DelegationPayload struct {
 	// AvailableAt, when set, schedules the delegation: it is not claimable
 	// before this time (RFC 3339).
 	AvailableAt string `json:"available_at,omitempty"`
+	// PacketMaxBytes is the delegation's context packet budget (0: default).
+	PacketMaxBytes int `json:"packet_max_bytes,omitempty"`
 }
 
 // LeasePayload records that a worker holds the delegation's lease.
@@ -169,6 +173,7 @@ type ResultPayload struct {
 	Retry        bool            `json:"retry,omitempty"`
 	NextAttempt  int             `json:"next_attempt,omitempty"`
 	RetryAt      string          `json:"retry_at,omitempty"`
+	Usage        *Usage          `json:"usage,omitempty"`
 }
 
 // InputPayload answers a session's open questions with facts.
@@ -284,6 +289,8 @@ func applyPayload(n *State, e Event) error {
 		if p.ParentGoal != "" {
 			n.Facts = mergeFacts(n.Facts, map[string]any{"parent_goal": p.ParentGoal})
 		}
+		stampFacts(n, n.Facts, e.VersionAfter)
+		n.RunReason = &RunReason{Kind: RunFirst, Attempt: 1, AtVersion: e.VersionAfter}
 	case EventSessionPaused:
 		var p PausePayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -328,6 +335,8 @@ func applyPayload(n *State, e Event) error {
 			return err
 		}
 		delegate(n, p)
+		stampFacts(n, p.Facts, e.VersionAfter)
+		nextRun(n, e, nil)
 	case EventDelegationLeased:
 		var p LeasePayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -339,6 +348,11 @@ func applyPayload(n *State, e Event) error {
 		n.Delegation.Attempt = p.Attempt
 		n.Delegation.Worker = p.Worker
 		n.Status = StatusRunning
+		if n.RunReason != nil && n.RunReason.Attempt != p.Attempt {
+			r := *n.RunReason
+			r.Attempt = p.Attempt
+			n.RunReason = &r
+		}
 	case EventDelegationExpired:
 		var p ExpiredPayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -355,6 +369,11 @@ func applyPayload(n *State, e Event) error {
 		}
 		n.Delegation.Attempt = p.NextAttempt
 		n.Status = StatusQueued
+		detail := fmt.Sprintf("the lease of attempt %d expired", p.Attempt)
+		if p.Worker != "" {
+			detail = fmt.Sprintf("the lease of attempt %d (worker %s) expired", p.Attempt, p.Worker)
+		}
+		n.RunReason = &RunReason{Kind: RunLeaseExpired, Detail: detail, Attempt: p.NextAttempt, AtVersion: e.VersionAfter}
 	case EventResultCompleted, EventResultNeedsInput, EventResultRejected, EventResultEscalated, EventResultFailed:
 		var p ResultPayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -367,8 +386,11 @@ func applyPayload(n *State, e Event) error {
 			return err
 		}
 		n.Facts = mergeFacts(n.Facts, p.Facts)
+		stampFacts(n, p.Facts, e.VersionAfter)
+		answered := inputRunReason(n, e, p)
 		n.OpenQuestions = nil
 		n.Status = StatusOpen
+		n.RunReason = answered
 	case EventHumanClaimed:
 		var p HumanPayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -407,6 +429,8 @@ func applyPayload(n *State, e Event) error {
 			n.Notes = keepLast(append(n.Notes, Note{By: p.User, Text: p.Note, AtVersion: e.VersionAfter}), maxKeptNotes)
 		}
 		delegate(n, p.DelegationPayload)
+		stampFacts(n, p.Facts, e.VersionAfter)
+		nextRun(n, e, humanRunReason(e, p))
 	case EventHumanCompleted:
 		var p HumanPayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -442,6 +466,11 @@ func applyPayload(n *State, e Event) error {
 		if n.Join != nil {
 			n.Join.Result = p.Result
 		}
+		n.Joined = &JoinedChildren{Result: p.Result, AtVersion: e.VersionAfter, Children: p.Children}
+		if n.Join != nil {
+			n.Joined.Policy = n.Join.Policy
+		}
+		n.RunReason = &RunReason{Kind: RunAfterJoin, Detail: joinDetail(p), Attempt: 1, AtVersion: e.VersionAfter}
 		if p.Result != "met" {
 			escalate(n, e, "join "+p.Result+": "+p.Reason, "The child sessions did not agree or did not finish in time. Which result stands?", "", nil)
 			n.Escalation.Children = p.Children
@@ -469,8 +498,11 @@ func applyResult(n *State, e Event, p ResultPayload) error {
 	n.NextStep = p.NextStep
 	record := StepRecord{
 		Step: p.Step, DelegationID: p.DelegationID, Attempt: p.Attempt, By: e.Actor,
-		ResultType: p.ResultType, Output: p.Output, NextStep: p.NextStep, AtVersion: e.VersionAfter,
+		ResultType: p.ResultType, Output: p.Output, Evidence: p.Evidence, NextStep: p.NextStep, AtVersion: e.VersionAfter,
 	}
+	// A result uses up the reason its run had; a retried failure gives the
+	// next attempt its own.
+	n.RunReason = nil
 	switch e.Type {
 	case EventResultCompleted:
 		n.CompletedSteps = keepLast(append(n.CompletedSteps, record), maxKeptSteps)
@@ -502,6 +534,11 @@ func applyResult(n *State, e Event, p ResultPayload) error {
 			d.Attempt = p.NextAttempt
 			d.Worker = ""
 			n.Status = StatusQueued
+			detail := p.Failure.Message
+			if detail == "" {
+				detail = "transient failure without a message"
+			}
+			n.RunReason = &RunReason{Kind: RunRetry, Detail: detail, Attempt: p.NextAttempt, AtVersion: e.VersionAfter}
 		case p.Failure.Class == FailureBadInput:
 			n.Delegation = nil
 			n.OpenQuestions = append(n.OpenQuestions, "Input rejected by "+p.Step+": "+p.Failure.Message)
@@ -522,7 +559,7 @@ func delegate(n *State, p DelegationPayload) {
 	n.OpenQuestions = nil
 	n.Delegation = &ActiveDelegation{
 		ID: p.DelegationID, Queue: p.Queue, Step: p.Step, Instructions: p.Instructions,
-		Attempt: 1, MaxAttempts: p.MaxAttempts, LeaseSeconds: p.LeaseSeconds,
+		Attempt: 1, MaxAttempts: p.MaxAttempts, LeaseSeconds: p.LeaseSeconds, PacketMaxBytes: p.PacketMaxBytes,
 	}
 	n.CurrentStep = p.Step
 	n.Queue = p.Queue
@@ -573,6 +610,79 @@ func mergeFacts(into, add map[string]any) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// stampFacts records that version v set the facts in add (FactVersions), so
+// that the packet can keep the newest facts when it must trim.
+func stampFacts(n *State, add map[string]any, v int64) {
+	if len(add) == 0 {
+		return
+	}
+	fv := make(map[string]int64, len(n.FactVersions)+len(add))
+	for k, x := range n.FactVersions {
+		fv[k] = x
+	}
+	for k := range add {
+		fv[k] = v
+	}
+	n.FactVersions = fv
+}
+
+// nextRun sets the run reason of a new delegation: reason when the event
+// brings its own (a human's decision), else the reason waiting since the
+// last result (an answer, a join), else a first run.
+func nextRun(n *State, e Event, reason *RunReason) {
+	switch {
+	case reason != nil:
+		n.RunReason = reason
+	case n.RunReason != nil && (n.RunReason.Kind == RunAfterInput || n.RunReason.Kind == RunAfterJoin || n.RunReason.Kind == RunAfterHuman):
+		r := *n.RunReason
+		r.Attempt = 1
+		n.RunReason = &r
+	default:
+		n.RunReason = &RunReason{Kind: RunFirst, Attempt: 1, AtVersion: e.VersionAfter}
+	}
+}
+
+// inputRunReason is the reason of the run after an answer: the answer and
+// the questions it answered, read from the state before they are cleared.
+func inputRunReason(n *State, e Event, p InputPayload) *RunReason {
+	r := &RunReason{Kind: RunAfterInput, Detail: p.Answer, Attempt: 1, By: e.Actor, AtVersion: e.VersionAfter}
+	if len(n.OpenQuestions) > 0 {
+		r.Question = strings.Join(n.OpenQuestions, "\n")
+	} else if q, ok := p.Facts[FactInputQuestion].(string); ok {
+		r.Question = q
+	}
+	if r.Detail == "" {
+		keys := make([]string, 0, len(p.Facts))
+		for k := range p.Facts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		r.Detail = "answered with facts: " + strings.Join(keys, ", ")
+	}
+	return r
+}
+
+// humanRunReason is the reason of the run a human resumed or handed back.
+func humanRunReason(e Event, p HumanDelegationPayload) *RunReason {
+	decision := "resumed automation"
+	if e.Type == EventHumanHandedBack {
+		decision = "handed the step back"
+	}
+	detail := p.User + " " + decision + " at step " + p.Step
+	if p.Note != "" {
+		detail += ": " + p.Note
+	}
+	return &RunReason{Kind: RunAfterHuman, Detail: detail, Attempt: 1, By: p.User, AtVersion: e.VersionAfter}
+}
+
+// joinDetail summarises a join for the run reason.
+func joinDetail(p JoinPayload) string {
+	if p.Reason == "" {
+		return "join " + p.Result
+	}
+	return "join " + p.Result + ": " + p.Reason
 }
 
 // EventTime is the event's creation time as a time.Time.

@@ -71,6 +71,8 @@ type ChildInput struct {
 	Facts        map[string]any `json:"facts"`
 	MaxAttempts  *int           `json:"max_attempts"`
 	LeaseSeconds *int           `json:"lease_seconds"`
+	// PacketMaxBytes is the byte budget of the child's context packet.
+	PacketMaxBytes *int `json:"packet_max_bytes"`
 }
 
 // SpawnInput is a controller's fan-out request.
@@ -143,6 +145,7 @@ func (in SpawnInput) Validate() error {
 		sub := &ValidationError{}
 		validateDelegation(sub, c.Queue, c.Step, c.Instructions, c.MaxAttempts, c.LeaseSeconds)
 		validateFacts(sub, "facts", c.Facts)
+		validatePacketMaxBytes(sub, "packet_max_bytes", c.PacketMaxBytes)
 		for _, f := range sub.Fields {
 			v.Fields = append(v.Fields, FieldError{Field: prefix + f.Field, Message: f.Message})
 		}
@@ -215,8 +218,9 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 				}
 				p := DelegationPayload{
 					DelegationID: NewID("dlg"), Queue: c.Queue, Step: strings.TrimSpace(c.Step), Instructions: c.Instructions,
-					MaxAttempts:  intOr(c.MaxAttempts, DefaultMaxAttempts),
-					LeaseSeconds: intOr(c.LeaseSeconds, DefaultLeaseSeconds),
+					MaxAttempts:    intOr(c.MaxAttempts, DefaultMaxAttempts),
+					LeaseSeconds:   intOr(c.LeaseSeconds, DefaultLeaseSeconds),
+					PacketMaxBytes: intOr(c.PacketMaxBytes, 0),
 				}
 				insert := s.insertDelegation(p, time.Time{})
 				if _, _, err := s.ExecuteTx(tx, Command{
@@ -269,11 +273,15 @@ func (s *Store) onChildDone(ctx context.Context, parentID string) {
 // contract is decided (met, conflicting, unmet or timed out) and returns the
 // result, or "" when the parent is not waiting or the join is not decided yet.
 func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, error) {
-	var result string
+	var (
+		result string
+		losers []string
+		reason string
+	)
 	_, err := s.Execute(ctx, Command{
 		SessionID: parentID, Type: EventChildrenJoined, Actor: JoinActor,
 		Prepare: func(tx *Tx, cur State) (any, error) {
-			result = ""
+			result, losers, reason = "", nil, ""
 			if cur.Status != StatusWaitingChildren || cur.Join == nil {
 				return nil, errSkip
 			}
@@ -286,7 +294,23 @@ func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, erro
 				return nil, errSkip
 			}
 			result = p.Result
+			losers, reason = joinLosers(*cur.Join, p)
 			return p, nil
+		},
+		// The children an any or quorum join no longer needs are cancelled
+		// with the join, so no worker keeps spending on them.
+		Effect: func(tx *Tx, next State, ev Event) (any, error) {
+			for _, id := range losers {
+				_, _, err := s.ExecuteTx(tx, Command{
+					SessionID: id, Type: EventSessionCancelled, Actor: JoinActor,
+					Payload: ReasonPayload{Reason: reason},
+					Effect:  s.cancelWithChildren(JoinActor),
+				})
+				if err != nil && ErrorCode(err) != EILLEGAL {
+					return nil, fmt.Errorf("cancel losing child %s: %w", id, err)
+				}
+			}
+			return nil, nil
 		},
 	})
 	switch {
@@ -296,6 +320,28 @@ func (s *Store) evaluateJoin(ctx context.Context, parentID string) (string, erro
 		return "", nil
 	}
 	return "", fmt.Errorf("join of %s: %w", parentID, err)
+}
+
+// joinLosers lists the children a met any or quorum join leaves unfinished,
+// and the reason they are cancelled with: which children met the join.
+func joinLosers(j Join, p JoinPayload) ([]string, string) {
+	if p.Result != JoinMet || j.Policy == JoinAll {
+		return nil, ""
+	}
+	var winners, losers []string
+	for _, c := range p.Children {
+		switch {
+		case c.Status == StatusCompleted:
+			winners = append(winners, c.SessionID)
+		case !c.Status.Terminal():
+			losers = append(losers, c.SessionID)
+		}
+	}
+	policy := j.Policy
+	if j.Policy == JoinQuorum {
+		policy = fmt.Sprintf("quorum %d", j.Quorum)
+	}
+	return losers, fmt.Sprintf("join met by %s (policy %s)", strings.Join(winners, ", "), policy)
 }
 
 // childRow is the part of a child's session row a join decision reads.

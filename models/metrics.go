@@ -71,6 +71,18 @@ type MetricSet struct {
 	Recovery          Recovery        `json:"recovery"`
 	StateConflicts    *StateConflicts `json:"state_conflicts,omitempty"`
 	EscalationClarity Clarity         `json:"escalation_clarity"`
+	PromptCache       PromptCache     `json:"prompt_cache"`
+}
+
+// PromptCache is the prompt-cache hit rate: of the input tokens that results
+// in the window reported (usage), the share the model provider served from
+// its cache. Results counts the results that reported usage; HitRate is
+// null when they reported no input tokens.
+type PromptCache struct {
+	Results           int64    `json:"results"`
+	InputTokens       int64    `json:"input_tokens"`
+	CachedInputTokens int64    `json:"cached_input_tokens"`
+	HitRate           *float64 `json:"hit_rate"`
 }
 
 // HandoffSuccess is the handoff success rate: of the delegations that ended
@@ -312,6 +324,7 @@ type metricPayload struct {
 	Failure      *Failure       `json:"failure"`
 	Result       string         `json:"result"`
 	Scores       map[string]int `json:"scores"`
+	Usage        *Usage         `json:"usage"`
 }
 
 // ProductMetrics computes the product metrics for o's window.
@@ -433,6 +446,7 @@ type metricAcc struct {
 	decisions                         int64
 	decisionSum                       time.Duration
 	applied                           int64
+	usageResults, inputTokens, cached int64
 }
 
 func ratio(n, d int64) *float64 {
@@ -462,6 +476,8 @@ func (a *metricAcc) set() MetricSet {
 			Decisions: a.decisions, MeanClaimToDecisionSeconds: seconds(a.decisionSum, a.decisions),
 		},
 	}
+	m.PromptCache = PromptCache{Results: a.usageResults, InputTokens: a.inputTokens, CachedInputTokens: a.cached,
+		HitRate: ratio(a.cached, a.inputTokens)}
 	if a.recoveries > 0 {
 		m.Recovery.MaxSeconds = seconds(a.recoveryMax, 1)
 	}
@@ -669,6 +685,15 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 			f.add(q, func(a *metricAcc) { a.applied++ })
 		}
 		sf.results[key] = true
+		if u := p.Usage; u != nil && u.InputTokens != nil && in {
+			f.add(q, func(a *metricAcc) {
+				a.usageResults++
+				a.inputTokens += *u.InputTokens
+				if u.CachedInputTokens != nil {
+					a.cached += *u.CachedInputTokens
+				}
+			})
+		}
 		if t == EventResultFailed && p.Retry {
 			if sf.open != nil {
 				sf.open.troubled = true

@@ -76,6 +76,9 @@ type DelegateInput struct {
 	// later; it is not claimable before then. At most one may be given.
 	AvailableAt  string `json:"available_at"`
 	DelaySeconds *int   `json:"delay_seconds"`
+	// PacketMaxBytes is the byte budget of the delegation's context packet
+	// (MinPacketMaxBytes–MaxPacketMaxBytes; default DefaultPacketMaxBytes).
+	PacketMaxBytes *int `json:"packet_max_bytes"`
 }
 
 // Validate lists every problem with the input.
@@ -87,6 +90,7 @@ func (in DelegateInput) Validate() error {
 	}
 	validateFacts(v, "facts", in.Facts)
 	validateSchedule(v, in.AvailableAt, in.DelaySeconds)
+	validatePacketMaxBytes(v, "packet_max_bytes", in.PacketMaxBytes)
 	return v.Err()
 }
 
@@ -149,7 +153,7 @@ func (s *Store) delegateCommand(sessionID, actor string, in DelegateInput) (Comm
 	p := DelegationPayload{
 		DelegationID: NewID("dlg"), Queue: in.Queue, Step: strings.TrimSpace(in.Step), Instructions: in.Instructions,
 		MaxAttempts: intOr(in.MaxAttempts, DefaultMaxAttempts), LeaseSeconds: intOr(in.LeaseSeconds, DefaultLeaseSeconds),
-		Facts: in.Facts, AvailableAt: formatScheduled(at),
+		Facts: in.Facts, AvailableAt: formatScheduled(at), PacketMaxBytes: intOr(in.PacketMaxBytes, 0),
 	}
 	return Command{
 		SessionID: sessionID, Type: EventDelegationCreated, Actor: actor,
@@ -567,7 +571,7 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 			p := ResultPayload{
 				DelegationID: d.ID, Attempt: d.Attempt, Step: d.Step, ResultType: in.ResultType,
 				Output: in.Output, Evidence: in.Evidence, Uncertainty: in.Uncertainty, NextStep: in.NextStep,
-				Question: in.Question, Risks: in.Risks, Failure: in.Failure,
+				Question: in.Question, Risks: in.Risks, Failure: in.Failure, Usage: in.Usage,
 			}
 			if in.Failure != nil && in.Failure.Class == FailureTransient && d.Attempt < d.MaxAttempts {
 				p.Retry = true

@@ -29,8 +29,11 @@ type StepRecord struct {
 	By           string          `json:"by"`
 	ResultType   string          `json:"result_type"`
 	Output       json.RawMessage `json:"output,omitempty"`
-	NextStep     string          `json:"next_step,omitempty"`
-	AtVersion    int64           `json:"at_version"`
+	// Evidence is the step's own evidence, so that the next worker's packet
+	// carries it with the output (State.Evidence mixes every step's).
+	Evidence  []Evidence `json:"evidence,omitempty"`
+	NextStep  string     `json:"next_step,omitempty"`
+	AtVersion int64      `json:"at_version"`
 }
 
 // ActiveDelegation is the delegation a session is waiting on, as the state sees
@@ -45,6 +48,9 @@ type ActiveDelegation struct {
 	MaxAttempts  int    `json:"max_attempts"`
 	LeaseSeconds int    `json:"lease_seconds"`
 	Worker       string `json:"worker,omitempty"`
+	// PacketMaxBytes is the byte budget of this delegation's context
+	// packet; 0 means DefaultPacketMaxBytes.
+	PacketMaxBytes int `json:"packet_max_bytes,omitempty"`
 }
 
 // Escalation is the package a human gets when a session escalates: everything
@@ -126,6 +132,46 @@ type State struct {
 	Reviews     int               `json:"reviews,omitempty"`
 	// PausedUntil is when a snoozed session resumes by itself (RFC 3339).
 	PausedUntil string `json:"paused_until,omitempty"`
+	// Context packet v2 (see packet.go). RunReason says why the next worker
+	// runs; FactVersions the state version that last set each fact, so that
+	// "the newest facts" is well defined; Joined the children's results of
+	// the last join, for the parent's next packet.
+	RunReason    *RunReason       `json:"run_reason,omitempty"`
+	FactVersions map[string]int64 `json:"fact_versions,omitempty"`
+	Joined       *JoinedChildren  `json:"joined,omitempty"`
+}
+
+// Run reason kinds (RunReason.Kind).
+const (
+	RunFirst        = "first_run"
+	RunRetry        = "retry"
+	RunLeaseExpired = "lease_expired"
+	RunAfterInput   = "after_input"
+	RunAfterHuman   = "after_human"
+	RunAfterJoin    = "after_join"
+)
+
+// RunReason is why the session's next (or current) worker runs: set by Apply
+// from the event that caused the run, so it replays like everything else.
+// Detail is the last failure's message, the input answer, the human's
+// decision and note, or the join's result; Question is the question an
+// input answered and By who answered or decided.
+type RunReason struct {
+	Kind      string `json:"kind"`
+	Detail    string `json:"detail,omitempty"`
+	Attempt   int    `json:"attempt"`
+	Question  string `json:"question,omitempty"`
+	By        string `json:"by,omitempty"`
+	AtVersion int64  `json:"at_version,omitempty"`
+}
+
+// JoinedChildren is the outcome of a parent's last join: each child's
+// status, output and evidence.
+type JoinedChildren struct {
+	Result    string         `json:"result"`
+	Policy    string         `json:"policy,omitempty"`
+	AtVersion int64          `json:"at_version"`
+	Children  []ChildOutcome `json:"children"`
 }
 
 // clone returns a copy of s that Apply may change without touching s: every
@@ -147,6 +193,16 @@ func (s State) clone() State {
 		for k, v := range s.Facts {
 			c.Facts[k] = v
 		}
+	}
+	if s.FactVersions != nil {
+		c.FactVersions = make(map[string]int64, len(s.FactVersions))
+		for k, v := range s.FactVersions {
+			c.FactVersions[k] = v
+		}
+	}
+	if s.RunReason != nil {
+		r := *s.RunReason
+		c.RunReason = &r
 	}
 	if s.Uncertainty != nil {
 		u := *s.Uncertainty
