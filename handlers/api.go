@@ -46,6 +46,9 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/sessions/:id/delegations", a.delegate, a.auth(controllerRoles...))
 	g.POST("/sessions/:id/children", a.children, a.auth(controllerRoles...))
 
+	// Human and controller notes (issue 11).
+	g.POST("/sessions/:id/notes", a.addNote, a.auth(controllerRoles...))
+
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))

@@ -20,6 +20,9 @@ type ResultInput struct {
 	Question    string          `json:"question"`
 	Risks       []string        `json:"risks"`
 	Failure     *Failure        `json:"failure"`
+	// ResolvedRisks names open risks of the session that this result
+	// resolves; each must be open when the result is applied.
+	ResolvedRisks []string `json:"resolved_risks"`
 }
 
 // MaxOutputBytes bounds a result's output so that the state stays small.
@@ -66,6 +69,7 @@ func (in ResultInput) Validate() error {
 		v.Add("uncertainty.level", "must be between 0 and 1")
 	}
 	validateList(v, "risks", in.Risks)
+	validateList(v, "resolved_risks", in.ResolvedRisks)
 	if len(in.NextStep) > 200 {
 		v.Add("next_step", "must be at most 200 bytes")
 	}
