@@ -20,40 +20,48 @@ var legal = map[models.Status][]models.EventType{
 	models.StatusOpen: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationCreated, models.EventChildrenSpawned, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusQueued: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationLeased, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusRunning: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationExpired, models.EventResultCompleted, models.EventResultNeedsInput,
 		models.EventResultRejected, models.EventResultEscalated, models.EventResultFailed, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusAwaitingInput: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationCreated, models.EventInputProvided, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusPaused: {
 		models.EventSessionResumed, models.EventSessionEscalated, models.EventSessionCancelled, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusEscalated: {
 		models.EventSessionCancelled, models.EventHumanClaimed, models.EventHumanNoted,
-		models.EventReviewScored, models.EventEscalationSLABreached,
+		models.EventReviewScored, models.EventEscalationSLABreached, models.EventRiskResolved,
 	},
 	models.StatusHumanActive: {
 		models.EventSessionCancelled, models.EventHumanReleased, models.EventHumanNoted,
 		models.EventHumanRequestedInput, models.EventHumanResumed, models.EventHumanHandedBack,
 		models.EventHumanCompleted, models.EventHumanRejected, models.EventReviewScored,
-		models.EventEscalationSLABreached,
+		models.EventEscalationSLABreached, models.EventRiskResolved,
 	},
 	models.StatusWaitingChildren: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventChildrenJoined, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
-	models.StatusCompleted: {models.EventReviewScored},
-	models.StatusRejected:  {models.EventReviewScored},
-	models.StatusCancelled: {models.EventReviewScored},
+	// Notes are taken on closed sessions too: a note is never refused
+	// because the session moved on.
+	models.StatusCompleted: {models.EventReviewScored, models.EventHumanNoted},
+	models.StatusRejected:  {models.EventReviewScored, models.EventHumanNoted},
+	models.StatusCancelled: {models.EventReviewScored, models.EventHumanNoted},
 }
 
 func TestAllowedTable(t *testing.T) {

@@ -76,6 +76,29 @@ func (c ReasonCode) Label() string {
 	return string(c)
 }
 
+// escalationCode is the reason code of an escalating event: its type, and
+// for a failed result its failure class, for a join its result. Apply and
+// the metrics both ask it, so that they never disagree.
+func escalationCode(t EventType, failureClass, joinResult string) ReasonCode {
+	switch t {
+	case EventResultEscalated:
+		return ReasonWorker
+	case EventResultFailed:
+		if failureClass == FailureTransient {
+			return ReasonRetriesExhausted
+		}
+		return ReasonPermanentFailure
+	case EventDelegationExpired:
+		return ReasonLeasesExhausted
+	case EventChildrenJoined:
+		if joinResult == "conflict" {
+			return ReasonJoinConflict
+		}
+		return ReasonJoinTimeout
+	}
+	return ReasonController
+}
+
 // AttemptFailure is one failed attempt of a delegation (a failed result or
 // an expired lease), kept in the state so that an escalation package can show
 // what went wrong on each attempt without reading the history.

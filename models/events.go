@@ -313,7 +313,7 @@ func applyPayload(n *State, e Event) error {
 		}
 		n.PausedFrom = ""
 		n.PausedUntil = ""
-		escalate(n, e, escalation{code: ReasonController, reason: p.Reason, question: p.Question})
+		escalate(n, e, escalation{code: escalationCode(e.Type, "", ""), reason: p.Reason, question: p.Question})
 	case EventSessionCancelled:
 		var p ReasonPayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -361,7 +361,7 @@ func applyPayload(n *State, e Event) error {
 		}), maxKeptFailures)
 		if p.Exhausted {
 			reason := fmt.Sprintf("lease expired on attempt %d of %d", p.Attempt, n.Delegation.MaxAttempts)
-			escalate(n, e, escalation{code: ReasonLeasesExhausted, reason: reason, detail: msg})
+			escalate(n, e, escalation{code: escalationCode(e.Type, "", ""), reason: reason, detail: msg})
 			return nil
 		}
 		n.Delegation.Attempt = p.NextAttempt
@@ -454,11 +454,7 @@ func applyPayload(n *State, e Event) error {
 			n.Join.Result = p.Result
 		}
 		if p.Result != "met" {
-			code := ReasonJoinTimeout
-			if p.Result == "conflict" {
-				code = ReasonJoinConflict
-			}
-			escalate(n, e, escalation{code: code, reason: "join " + p.Result + ": " + p.Reason, detail: p.Reason, children: p.Children})
+			escalate(n, e, escalation{code: escalationCode(e.Type, "", p.Result), reason: "join " + p.Result + ": " + p.Reason, detail: p.Reason, children: p.Children})
 			n.Escalation.Children = p.Children
 			return nil
 		}
@@ -516,7 +512,7 @@ func applyResult(n *State, e Event, p ResultPayload) error {
 		n.Status = StatusRejected
 		n.Outcome = "rejected by " + e.Actor
 	case EventResultEscalated:
-		escalate(n, e, escalation{code: ReasonWorker, reason: "worker escalated " + p.Step, question: p.Question, next: p.NextStep, u: p.Uncertainty})
+		escalate(n, e, escalation{code: escalationCode(e.Type, "", ""), reason: "worker escalated " + p.Step, question: p.Question, next: p.NextStep, u: p.Uncertainty})
 	case EventResultFailed:
 		if p.Failure == nil {
 			return fmt.Errorf("failed result without failure")
@@ -536,11 +532,10 @@ func applyResult(n *State, e Event, p ResultPayload) error {
 			n.Status = StatusAwaitingInput
 		default:
 			reason := fmt.Sprintf("%s failure in %s: %s", p.Failure.Class, p.Step, p.Failure.Message)
-			code := ReasonPermanentFailure
 			if p.Failure.Class == FailureTransient {
 				reason = fmt.Sprintf("transient failures exhausted %d attempts in %s: %s", d.MaxAttempts, p.Step, p.Failure.Message)
-				code = ReasonRetriesExhausted
 			}
+			code := escalationCode(e.Type, p.Failure.Class, "")
 			escalate(n, e, escalation{code: code, reason: reason, question: p.Question, next: p.NextStep, u: p.Uncertainty, detail: p.Failure.Message})
 		}
 	}

@@ -475,6 +475,10 @@ func (p *propRun) takeover(action string) {
 		want = kForbid
 	case action == "note-invalid":
 		want = kInvalid
+	case action == "note":
+		// Notes never conflict, are taken from any agent, holder or not,
+		// and in every status.
+		want = kOK
 	case stale:
 		want = kConflict
 	case action != "claim" && cur.Status == models.StatusHumanActive && !holderOrAdmin:
