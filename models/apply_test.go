@@ -175,6 +175,7 @@ func longHistory(t testing.TB) []models.Event {
 		Question: "Approve?", Uncertainty: &models.Uncertainty{Level: 0.4}})
 	h.add(models.EventEscalationSLABreached, "sys", struct{}{})
 	h.add(models.EventHumanNoted, "user:a", models.HumanPayload{User: "user:a", Text: "looking", Evidence: &models.Evidence{Claim: "called"}})
+	h.add(models.EventRiskResolved, "user:a", models.RiskResolvedPayload{User: "user:a", Risks: []string{"fraud"}, Note: "card holder confirmed"})
 	h.add(models.EventHumanClaimed, "user:a", models.HumanPayload{User: "user:a"})
 	h.add(models.EventHumanReleased, "user:a", models.HumanPayload{User: "user:a"})
 	h.add(models.EventHumanClaimed, "user:b", models.HumanPayload{User: "user:b"})
@@ -250,7 +251,7 @@ func TestApplyTargets(t *testing.T) {
 	want := []models.Status{
 		models.StatusOpen, models.StatusQueued, models.StatusRunning, models.StatusQueued, models.StatusRunning,
 		models.StatusQueued, models.StatusRunning, models.StatusEscalated, models.StatusEscalated, models.StatusEscalated,
-		models.StatusHumanActive, models.StatusEscalated, models.StatusHumanActive, models.StatusAwaitingInput, models.StatusOpen,
+		models.StatusEscalated, models.StatusHumanActive, models.StatusEscalated, models.StatusHumanActive, models.StatusAwaitingInput, models.StatusOpen,
 		models.StatusQueued, models.StatusRunning, models.StatusEscalated, models.StatusHumanActive, models.StatusQueued,
 		models.StatusPaused, models.StatusQueued, models.StatusRunning, models.StatusOpen, models.StatusWaitingChildren,
 		models.StatusOpen, models.StatusOpen, models.StatusQueued, models.StatusRunning, models.StatusAwaitingInput,
