@@ -26,13 +26,14 @@ var actionFields = map[models.TakeoverAction][]string{
 	models.ActHandBack:     {"queue"},
 	models.ActComplete:     {"resolution"},
 	models.ActReject:       {"reason"},
+	models.ActResolveRisk:  {"risk"},
 }
 
 // ConsoleActions lists the takeover actions, for route registration.
 func ConsoleActions() []models.TakeoverAction {
 	return []models.TakeoverAction{
 		models.ActClaim, models.ActRelease, models.ActForceRelease, models.ActNote, models.ActRequestInput,
-		models.ActResume, models.ActHandBack, models.ActComplete, models.ActReject,
+		models.ActResume, models.ActHandBack, models.ActComplete, models.ActReject, models.ActResolveRisk,
 	}
 }
 
@@ -46,6 +47,7 @@ var actionDone = map[models.TakeoverAction]string{
 	models.ActHandBack:     "Handed back: the step is queued again.",
 	models.ActComplete:     "Session completed.",
 	models.ActReject:       "Session rejected.",
+	models.ActResolveRisk:  "Risk marked resolved.",
 }
 
 // ConsoleAction serves POST /console/sessions/:id/<action>. The form names
@@ -110,6 +112,10 @@ func runAction(ctx context.Context, s *models.Store, a models.TakeoverAction, id
 		return s.CompleteHuman(ctx, id, u, key, models.CompleteInput{ExpectedVersion: ev, Resolution: v["resolution"]})
 	case models.ActReject:
 		return s.RejectHuman(ctx, id, u, key, models.RejectInput{ExpectedVersion: ev, Reason: v["reason"]})
+	case models.ActResolveRisk:
+		// Like a note, resolving a risk names no version: the risk being
+		// still open is the only precondition, checked by the command.
+		return s.ResolveRisk(ctx, id, u, key, models.ResolveRiskInput{Risk: v["risk"]})
 	}
 	return models.Outcome{}, echo.ErrNotFound
 }
