@@ -48,3 +48,12 @@ func decisionActions(as []models.TakeoverAction) []models.TakeoverAction {
 	}
 	return out
 }
+
+// reasonCounts are the window's escalations per reason code, for the chosen
+// queue or the whole system.
+func (d MetricsDashData) reasonCounts() map[models.ReasonCode]int64 {
+	if d.Queue != "" {
+		return d.Total.Queues[d.Queue].EscalationClarity.EscalationsByReason
+	}
+	return d.Total.Overall.EscalationClarity.EscalationsByReason
+}
