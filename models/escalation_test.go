@@ -3,10 +3,12 @@ package models_test
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/taskpilots/handoff/migrations"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -327,6 +329,15 @@ func TestEscalationPackagesLive(t *testing.T) {
 			t.Errorf("per-queue count: %+v", pm.Queues["esc-retry"].EscalationClarity)
 		}
 
+		// Migration 00008 derives the column for sessions escalated before
+		// codes existed: wipe it and run the migration's backfill.
+		backfill(t, s)
+		for code, id := range want {
+			if got := w.reasonColumn(id); got != code {
+				t.Errorf("%s: reason_code column after the backfill %q", code, got)
+			}
+		}
+
 		// Leaving human hands clears the column; the code stays in the
 		// history of a closed session's package.
 		p := staff(t, s)
@@ -343,6 +354,32 @@ func TestEscalationPackagesLive(t *testing.T) {
 		}
 		verifyAll(ctx, t, s)
 	})
+}
+
+// backfill empties sessions.reason_code and runs the UPDATE of migration
+// 00008 that fills it from the events.
+func backfill(t *testing.T, s *models.Store) {
+	t.Helper()
+	fsys, err := migrations.FS(string(s.Dialect))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fs.ReadFile(fsys, "00008_escalation_reason.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql := string(b)
+	start := strings.Index(sql, "UPDATE sessions SET reason_code")
+	end := strings.Index(sql[start:], ";\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no backfill statement in migration 00008")
+	}
+	if err := s.DB.Exec(`UPDATE sessions SET reason_code = ''`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB.Exec(sql[start : start+end]).Error; err != nil {
+		t.Fatalf("backfill: %v", err)
+	}
 }
 
 func controllerEscalatedNoQuestion(ctx context.Context, t testing.TB, s *models.Store) string {
