@@ -196,6 +196,43 @@ func TestConsoleNotesAndRisks(t *testing.T) {
 	})
 }
 
+// TestConsoleSystemEscalationPackage: a system escalation's package names
+// its reason code, the attempt, the recommended action and each failed
+// attempt's message.
+func TestConsoleSystemEscalationPackage(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		b := newBrowser(t, s, web.Config{})
+		ana, _ := agent(t, b, "Ana Agent", models.RoleAgent)
+		id, did := storetest.Delegated(ctx, t, s, "sys-q")
+		l, err := s.Claim(ctx, "sys-q", "w-7", "token:worker", "")
+		if err != nil || l == nil {
+			t.Fatalf("lease: %v %v", l, err)
+		}
+		if _, err := s.SubmitResult(ctx, did, "token:worker", "", models.ResultInput{LeaseToken: l.LeaseToken, SessionID: id,
+			Step: l.Step, ResultType: models.ResultFailed, Failure: &models.Failure{Class: models.FailurePermanent, Message: "order 1182 does not exist"}}); err != nil {
+			t.Fatal(err)
+		}
+		d := getDoc(ana, "/console/sessions/"+id)
+		pkg := d.Find(`[data-testid="escalation-package"]`)
+		if code, _ := pkg.Find(`[data-testid="pkg-reason-code"]`).Attr("data-code"); code != "permanent_failure" {
+			t.Errorf("reason code %q", code)
+		}
+		if got := squash(pkg.Find(`[data-testid="pkg-attempts"]`)); got != "· attempt 1 of 3" {
+			t.Errorf("attempts %q", got)
+		}
+		if got := squash(pkg.Find(`[data-testid="pkg-failure-message"]`)); got != "order 1182 does not exist" {
+			t.Errorf("failure message %q", got)
+		}
+		if q := squash(pkg.Find(`[data-testid="pkg-question"]`)); !strings.Contains(q, "failed permanently") || strings.Contains(q, "No question was asked") {
+			t.Errorf("question %q", q)
+		}
+		if a := squash(pkg.Find(`[data-testid="pkg-recommended-action"]`)); !strings.Contains(a, "will not pass on a retry") {
+			t.Errorf("recommended action %q", a)
+		}
+	})
+}
+
 // TestMetricsCountEscalationsByReason: the API and the admin page count
 // escalations per reason code.
 func TestMetricsCountEscalationsByReason(t *testing.T) {
