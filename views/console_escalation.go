@@ -57,3 +57,11 @@ func (d MetricsDashData) reasonCounts() map[models.ReasonCode]int64 {
 	}
 	return d.Total.Overall.EscalationClarity.EscalationsByReason
 }
+
+// colonIf is ":" when s is not empty, to join a label and its text.
+func colonIf(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ":"
+}
