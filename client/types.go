@@ -233,6 +233,9 @@ type ResultInput struct {
 	Risks       []string     `json:"risks,omitempty"`
 	Failure     *Failure     `json:"failure,omitempty"`
 	Usage       *Usage       `json:"usage,omitempty"`
+	// ResolvedRisks names open risks of the session (exact text) that this
+	// result resolves; a name that is not open is a 422.
+	ResolvedRisks []string `json:"resolved_risks,omitempty"`
 }
 
 // ChildInput is one child session of a fan-out.

@@ -108,6 +108,7 @@ var accessMatrix = map[string]routeCase{
 	"POST /console/sessions/:id/reject":        {path: "/console/sessions/ses_missing/reject", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/provide-input": {path: "/console/sessions/ses_missing/provide-input", want: formAccess(404, 403, 404)},
 	"GET /console/inbox/waiting":               {want: pageAccess(200, 403, 200)},
+	"POST /console/sessions/:id/resolve-risk":  {path: "/console/sessions/ses_missing/resolve-risk", want: formAccess(404, 403, 404)},
 
 	// Reviews: reviewers and admins.
 	"GET /console/reviews":                       {want: reviewed(200)},
@@ -155,6 +156,7 @@ var accessMatrix = map[string]routeCase{
 	"POST /api/v1/sessions/:id/delegations":  {path: "/api/v1/sessions/ses_missing/delegations", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/children":     {path: "/api/v1/sessions/ses_missing/children", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/input":        {path: "/api/v1/sessions/ses_missing/input", want: ctlAPI(422)},
+	"POST /api/v1/sessions/:id/notes":        {path: "/api/v1/sessions/ses_missing/notes", want: ctlAPI(422)},
 	"POST /api/v1/queues/:queue/lease":       {path: "/api/v1/queues/refunds/lease", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/heartbeat": {path: "/api/v1/delegations/dlg_missing/heartbeat", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/result":    {path: "/api/v1/delegations/dlg_missing/result", want: workAPI(422)},

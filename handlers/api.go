@@ -49,6 +49,8 @@ func (a *API) Register(g *echo.Group) {
 
 	// Answering a request for input (v1.1).
 	g.POST("/sessions/:id/input", a.provideInput, a.auth(controllerRoles...))
+	// Human and controller notes (issue 11).
+	g.POST("/sessions/:id/notes", a.addNote, a.auth(controllerRoles...))
 
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))

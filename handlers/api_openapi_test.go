@@ -232,6 +232,7 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"InputRequest":  models.InputInput{},
 		"InputDelegate": models.InputDelegate{},
 		"Usage":         models.Usage{},
+		"NoteRequest":   models.NoteRequest{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

@@ -29,6 +29,7 @@ var actionFields = map[models.TakeoverAction][]string{
 	// The answer form's delegate fields are named like the API's, so that
 	// "delegate.queue" errors land next to their field.
 	models.ActProvideInput: {"answer", "facts", "delegate.queue", "delegate.step", "delegate.instructions"},
+	models.ActResolveRisk:  {"risk"},
 }
 
 // ConsoleActions lists the takeover actions, for route registration.
@@ -36,7 +37,7 @@ func ConsoleActions() []models.TakeoverAction {
 	return []models.TakeoverAction{
 		models.ActClaim, models.ActRelease, models.ActForceRelease, models.ActNote, models.ActRequestInput,
 		models.ActResume, models.ActHandBack, models.ActComplete, models.ActReject,
-		models.ActProvideInput,
+		models.ActProvideInput, models.ActResolveRisk,
 	}
 }
 
@@ -51,6 +52,7 @@ var actionDone = map[models.TakeoverAction]string{
 	models.ActComplete:     "Session completed.",
 	models.ActReject:       "Session rejected.",
 	models.ActProvideInput: "Answer recorded.",
+	models.ActResolveRisk:  "Risk marked resolved.",
 }
 
 // ConsoleAction serves POST /console/sessions/:id/<action>. The form names
@@ -121,6 +123,10 @@ func runAction(ctx context.Context, s *models.Store, a models.TakeoverAction, id
 		return s.RejectHuman(ctx, id, u, key, models.RejectInput{ExpectedVersion: ev, Reason: v["reason"]})
 	case models.ActProvideInput:
 		return provideInput(ctx, s, id, u, key, ev, v)
+	case models.ActResolveRisk:
+		// Like a note, resolving a risk names no version: the risk being
+		// still open is the only precondition, checked by the command.
+		return s.ResolveRisk(ctx, id, u, key, models.ResolveRiskInput{Risk: v["risk"]})
 	}
 	return models.Outcome{}, echo.ErrNotFound
 }

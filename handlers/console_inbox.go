@@ -55,6 +55,7 @@ func bindInboxFilter(c echo.Context) (models.InboxFilter, error) {
 		Queue:      strings.TrimSpace(c.QueryParam("queue")),
 		Assignment: strings.TrimSpace(c.QueryParam("assigned")),
 		Search:     strings.TrimSpace(c.QueryParam("q")),
+		Reason:     models.ReasonCode(strings.TrimSpace(c.QueryParam("reason"))),
 	}
 	if p := strings.TrimSpace(c.QueryParam("priority")); p != "" {
 		n, err := strconv.Atoi(p)

@@ -20,40 +20,48 @@ var legal = map[models.Status][]models.EventType{
 	models.StatusOpen: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationCreated, models.EventChildrenSpawned, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusQueued: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationLeased, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusRunning: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationExpired, models.EventResultCompleted, models.EventResultNeedsInput,
 		models.EventResultRejected, models.EventResultEscalated, models.EventResultFailed, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusAwaitingInput: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventDelegationCreated, models.EventInputProvided, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusPaused: {
 		models.EventSessionResumed, models.EventSessionEscalated, models.EventSessionCancelled, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
 	models.StatusEscalated: {
 		models.EventSessionCancelled, models.EventHumanClaimed, models.EventHumanNoted,
-		models.EventReviewScored, models.EventEscalationSLABreached,
+		models.EventReviewScored, models.EventEscalationSLABreached, models.EventRiskResolved,
 	},
 	models.StatusHumanActive: {
 		models.EventSessionCancelled, models.EventHumanReleased, models.EventHumanNoted,
 		models.EventHumanRequestedInput, models.EventHumanResumed, models.EventHumanHandedBack,
 		models.EventHumanCompleted, models.EventHumanRejected, models.EventReviewScored,
-		models.EventEscalationSLABreached,
+		models.EventEscalationSLABreached, models.EventRiskResolved,
 	},
 	models.StatusWaitingChildren: {
 		models.EventSessionPaused, models.EventSessionEscalated, models.EventSessionCancelled,
 		models.EventChildrenJoined, models.EventReviewScored,
+		models.EventHumanNoted, models.EventRiskResolved,
 	},
-	models.StatusCompleted: {models.EventReviewScored},
-	models.StatusRejected:  {models.EventReviewScored},
-	models.StatusCancelled: {models.EventReviewScored},
+	// Notes are taken on closed sessions too: a note is never refused
+	// because the session moved on.
+	models.StatusCompleted: {models.EventReviewScored, models.EventHumanNoted},
+	models.StatusRejected:  {models.EventReviewScored, models.EventHumanNoted},
+	models.StatusCancelled: {models.EventReviewScored, models.EventHumanNoted},
 }
 
 func TestAllowedTable(t *testing.T) {
@@ -167,6 +175,7 @@ func longHistory(t testing.TB) []models.Event {
 		Question: "Approve?", Uncertainty: &models.Uncertainty{Level: 0.4}})
 	h.add(models.EventEscalationSLABreached, "sys", struct{}{})
 	h.add(models.EventHumanNoted, "user:a", models.HumanPayload{User: "user:a", Text: "looking", Evidence: &models.Evidence{Claim: "called"}})
+	h.add(models.EventRiskResolved, "user:a", models.RiskResolvedPayload{User: "user:a", Risks: []string{"fraud"}, Note: "card holder confirmed"})
 	h.add(models.EventHumanClaimed, "user:a", models.HumanPayload{User: "user:a"})
 	h.add(models.EventHumanReleased, "user:a", models.HumanPayload{User: "user:a"})
 	h.add(models.EventHumanClaimed, "user:b", models.HumanPayload{User: "user:b"})
@@ -242,7 +251,7 @@ func TestApplyTargets(t *testing.T) {
 	want := []models.Status{
 		models.StatusOpen, models.StatusQueued, models.StatusRunning, models.StatusQueued, models.StatusRunning,
 		models.StatusQueued, models.StatusRunning, models.StatusEscalated, models.StatusEscalated, models.StatusEscalated,
-		models.StatusHumanActive, models.StatusEscalated, models.StatusHumanActive, models.StatusAwaitingInput, models.StatusOpen,
+		models.StatusEscalated, models.StatusHumanActive, models.StatusEscalated, models.StatusHumanActive, models.StatusAwaitingInput, models.StatusOpen,
 		models.StatusQueued, models.StatusRunning, models.StatusEscalated, models.StatusHumanActive, models.StatusQueued,
 		models.StatusPaused, models.StatusQueued, models.StatusRunning, models.StatusOpen, models.StatusWaitingChildren,
 		models.StatusOpen, models.StatusOpen, models.StatusQueued, models.StatusRunning, models.StatusAwaitingInput,

@@ -23,6 +23,9 @@ type ResultInput struct {
 	// Usage is what the worker's model call cost, for the prompt-cache hit
 	// rate in the product metrics.
 	Usage *Usage `json:"usage"`
+	// ResolvedRisks names open risks of the session that this result
+	// resolves; each must be open when the result is applied.
+	ResolvedRisks []string `json:"resolved_risks"`
 }
 
 // Usage is the token usage a worker reports with a result.
@@ -94,6 +97,7 @@ func (in ResultInput) Validate() error {
 		v.Add("uncertainty.level", "must be between 0 and 1")
 	}
 	validateList(v, "risks", in.Risks)
+	validateList(v, "resolved_risks", in.ResolvedRisks)
 	if len(in.NextStep) > 200 {
 		v.Add("next_step", "must be at most 200 bytes")
 	}

@@ -40,6 +40,7 @@ const (
 	EventChildrenJoined        EventType = "children.joined"
 	EventReviewScored          EventType = "review.scored"
 	EventEscalationSLABreached EventType = "escalation.sla_breached"
+	EventRiskResolved          EventType = "risk.resolved"
 )
 
 // AllEventTypes lists every event type.
@@ -50,7 +51,7 @@ var AllEventTypes = []EventType{
 	EventResultFailed, EventInputProvided, EventHumanClaimed, EventHumanReleased, EventHumanNoted,
 	EventHumanRequestedInput, EventHumanResumed, EventHumanHandedBack, EventHumanCompleted,
 	EventHumanRejected, EventChildrenSpawned, EventChildrenJoined, EventReviewScored,
-	EventEscalationSLABreached,
+	EventEscalationSLABreached, EventRiskResolved,
 }
 
 // Event is one immutable record of a transition in a session. Seq runs 1..n
@@ -174,6 +175,8 @@ type ResultPayload struct {
 	NextAttempt  int             `json:"next_attempt,omitempty"`
 	RetryAt      string          `json:"retry_at,omitempty"`
 	Usage        *Usage          `json:"usage,omitempty"`
+	// ResolvedRisks are open risks the worker names as resolved.
+	ResolvedRisks []string `json:"resolved_risks,omitempty"`
 }
 
 // InputPayload answers a session's open questions with facts.
@@ -194,6 +197,9 @@ type HumanPayload struct {
 	Question   string    `json:"question,omitempty"`
 	Resolution string    `json:"resolution,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
+	// SeenVersion is the version a note was typed against; notes never
+	// conflict, so it may be older than the version the note is recorded at.
+	SeenVersion int64 `json:"seen_version,omitempty"`
 }
 
 // HumanDelegationPayload is a human resuming automation or handing back.
@@ -317,7 +323,7 @@ func applyPayload(n *State, e Event) error {
 		}
 		n.PausedFrom = ""
 		n.PausedUntil = ""
-		escalate(n, e, p.Reason, p.Question, "", nil)
+		escalate(n, e, escalation{code: escalationCode(e.Type, "", ""), reason: p.Reason, question: p.Question})
 	case EventSessionCancelled:
 		var p ReasonPayload
 		if err := decodeJSON(payload, &p); err != nil {
@@ -362,9 +368,17 @@ func applyPayload(n *State, e Event) error {
 			return fmt.Errorf("expiry of %s, but the session waits on %v", p.DelegationID, n.Delegation)
 		}
 		n.Delegation.Worker = ""
+		msg := "the lease ran out before the worker reported a result or heartbeat"
+		if p.Worker != "" {
+			msg = "the lease of " + p.Worker + " ran out before it reported a result or heartbeat"
+		}
+		n.Failures = keepLast(append(n.Failures, AttemptFailure{
+			DelegationID: p.DelegationID, Step: n.Delegation.Step, Attempt: p.Attempt, Class: FailureLeaseExpired,
+			Message: msg, Worker: p.Worker, AtVersion: e.VersionAfter,
+		}), maxKeptFailures)
 		if p.Exhausted {
 			reason := fmt.Sprintf("lease expired on attempt %d of %d", p.Attempt, n.Delegation.MaxAttempts)
-			escalate(n, e, reason, "The worker stopped responding on every attempt. Retry, reassign or finish by hand?", "", nil)
+			escalate(n, e, escalation{code: escalationCode(e.Type, "", ""), reason: reason, detail: msg})
 			return nil
 		}
 		n.Delegation.Attempt = p.NextAttempt
@@ -406,7 +420,7 @@ func applyPayload(n *State, e Event) error {
 		if err := decodeJSON(payload, &p); err != nil {
 			return err
 		}
-		n.Notes = keepLast(append(n.Notes, Note{By: p.User, Text: p.Text, Evidence: p.Evidence, AtVersion: e.VersionAfter}), maxKeptNotes)
+		n.Notes = keepLast(append(n.Notes, Note{By: p.User, Text: p.Text, Evidence: p.Evidence, AtVersion: e.VersionAfter, SeenVersion: p.SeenVersion}), maxKeptNotes)
 		if p.Evidence != nil {
 			n.Evidence = keepLast(append(n.Evidence, *p.Evidence), maxKeptEvidence)
 		}
@@ -472,7 +486,7 @@ func applyPayload(n *State, e Event) error {
 		}
 		n.RunReason = &RunReason{Kind: RunAfterJoin, Detail: joinDetail(p), Attempt: 1, AtVersion: e.VersionAfter}
 		if p.Result != "met" {
-			escalate(n, e, "join "+p.Result+": "+p.Reason, "The child sessions did not agree or did not finish in time. Which result stands?", "", nil)
+			escalate(n, e, escalation{code: escalationCode(e.Type, "", p.Result), reason: "join " + p.Result + ": " + p.Reason, detail: p.Reason, children: p.Children})
 			n.Escalation.Children = p.Children
 			return nil
 		}
@@ -481,6 +495,12 @@ func applyPayload(n *State, e Event) error {
 		n.Reviews++
 	case EventEscalationSLABreached:
 		// Recorded for the audit trail and metrics; the state only counts it.
+	case EventRiskResolved:
+		var p RiskResolvedPayload
+		if err := decodeJSON(payload, &p); err != nil {
+			return err
+		}
+		resolveRisks(n, p.Risks, p.User, p.Note, e.VersionAfter)
 	default:
 		return fmt.Errorf("unknown event type %q", e.Type)
 	}
@@ -493,6 +513,9 @@ func applyResult(n *State, e Event, p ResultPayload) error {
 		return fmt.Errorf("result for %s, but the session waits on %v", p.DelegationID, d)
 	}
 	n.Evidence = keepLast(append(n.Evidence, p.Evidence...), maxKeptEvidence)
+	// Resolved first, so that a worker may resolve a risk and report a new
+	// one of the same text in one result.
+	resolveRisks(n, p.ResolvedRisks, e.Actor, "resolved by the result of "+p.Step, e.VersionAfter)
 	n.Risks = keepLast(append(n.Risks, p.Risks...), maxKeptRisks)
 	n.Uncertainty = p.Uncertainty
 	n.NextStep = p.NextStep
@@ -524,11 +547,15 @@ func applyResult(n *State, e Event, p ResultPayload) error {
 		n.Status = StatusRejected
 		n.Outcome = "rejected by " + e.Actor
 	case EventResultEscalated:
-		escalate(n, e, "worker escalated "+p.Step, p.Question, p.NextStep, p.Uncertainty)
+		escalate(n, e, escalation{code: escalationCode(e.Type, "", ""), reason: "worker escalated " + p.Step, question: p.Question, next: p.NextStep, u: p.Uncertainty})
 	case EventResultFailed:
 		if p.Failure == nil {
 			return fmt.Errorf("failed result without failure")
 		}
+		n.Failures = keepLast(append(n.Failures, AttemptFailure{
+			DelegationID: p.DelegationID, Step: p.Step, Attempt: p.Attempt, Class: p.Failure.Class,
+			Message: p.Failure.Message, Worker: e.Actor, AtVersion: e.VersionAfter,
+		}), maxKeptFailures)
 		switch {
 		case p.Failure.Class == FailureTransient && p.Retry:
 			d.Attempt = p.NextAttempt
@@ -548,7 +575,8 @@ func applyResult(n *State, e Event, p ResultPayload) error {
 			if p.Failure.Class == FailureTransient {
 				reason = fmt.Sprintf("transient failures exhausted %d attempts in %s: %s", d.MaxAttempts, p.Step, p.Failure.Message)
 			}
-			escalate(n, e, reason, p.Question, p.NextStep, p.Uncertainty)
+			code := escalationCode(e.Type, p.Failure.Class, "")
+			escalate(n, e, escalation{code: code, reason: reason, question: p.Question, next: p.NextStep, u: p.Uncertainty, detail: p.Failure.Message})
 		}
 	}
 	return nil
@@ -567,20 +595,21 @@ func delegate(n *State, p DelegationPayload) {
 }
 
 // escalate moves the session to escalated and builds its escalation package
-// from the state as it is now.
-func escalate(n *State, e Event, reason, question, next string, u *Uncertainty) {
-	if question == "" {
-		question = "How should this session continue?"
-	}
+// from the state as it is now: the reason code, a question that names the
+// decision, the failed attempts of the escalated delegation as evidence, and
+// a recommended action.
+func escalate(n *State, e Event, c escalation) {
+	next, u := c.next, c.u
 	if next == "" {
 		next = n.NextStep
 	}
 	if u == nil {
 		u = n.Uncertainty
 	}
+	question, action := packageText(n, c, n.Delegation)
 	pkg := &Escalation{
-		Reason: reason, Question: question, Goal: n.Goal, Facts: n.Facts,
-		Evidence: n.Evidence, Risks: n.Risks, RecommendedNext: next, Uncertainty: u,
+		Reason: c.reason, ReasonCode: c.code, Question: question, RecommendedAction: action,
+		Goal: n.Goal, Facts: n.Facts, Evidence: n.Evidence, Risks: n.Risks, RecommendedNext: next, Uncertainty: u,
 		Step: n.CurrentStep, By: e.Actor, AtVersion: e.VersionAfter,
 	}
 	if pg, ok := n.Facts["parent_goal"].(string); ok {
@@ -589,8 +618,17 @@ func escalate(n *State, e Event, reason, question, next string, u *Uncertainty) 
 	for _, s := range n.CompletedSteps {
 		pkg.CompletedSteps = append(pkg.CompletedSteps, s.Step)
 	}
-	if n.Delegation != nil {
-		pkg.DelegationID = n.Delegation.ID
+	if d := n.Delegation; d != nil {
+		pkg.DelegationID = d.ID
+		pkg.Attempts, pkg.MaxAttempts = d.Attempt, d.MaxAttempts
+		pkg.Failures = failuresOf(n.Failures, d.ID)
+		if len(pkg.Failures) > 0 {
+			// The failures are the evidence a human needs first; the
+			// package's list is its own copy, the state's evidence is not
+			// changed.
+			ev := make([]Evidence, 0, len(n.Evidence)+len(pkg.Failures))
+			pkg.Evidence = append(append(ev, n.Evidence...), failureEvidence(pkg.Failures)...)
+		}
 	}
 	n.Escalation = pkg
 	n.Delegation = nil

@@ -33,6 +33,8 @@ type InboxFilter struct {
 	// Search matches a session id exactly, or words of the goal, ticket_ref
 	// and notes, with the word search of ListSessions.
 	Search string
+	// Reason is the escalation's reason code.
+	Reason ReasonCode
 }
 
 // Validate lists every problem with the filter.
@@ -49,6 +51,9 @@ func (f InboxFilter) Validate() error {
 	}
 	if f.Assignment != "" && f.Assignment != AssignedToMe && f.Assignment != Unassigned {
 		v.Add("assigned", "must be me or unassigned")
+	}
+	if f.Reason != "" && !f.Reason.Valid() {
+		v.Add("reason", "must be one of %s", reasonList())
 	}
 	if len(f.Search) > MaxSearchLen {
 		v.Add("q", "must be at most %d characters", MaxSearchLen)
@@ -89,6 +94,7 @@ type InboxRow struct {
 	Assignee     string
 	EscalatedAt  UTCTime
 	UpdatedAt    UTCTime
+	ReasonCode   ReasonCode
 	// SLA is the escalation's SLA clock at the time of the query.
 	SLA SLAClock `gorm:"-"`
 }
@@ -103,9 +109,10 @@ type InboxCounts struct {
 	Queue      map[string]int64
 	Priority   map[int]int64
 	Assignment map[string]int64 // AssignedToMe, Unassigned
-	// AnyStatus, AnyQueue, AnyPriority and AnyAssignment count the "any"
-	// option of each filter.
-	AnyStatus, AnyQueue, AnyPriority, AnyAssignment int64
+	Reason     map[ReasonCode]int64
+	// AnyStatus, AnyQueue, AnyPriority, AnyAssignment and AnyReason count
+	// the "any" option of each filter.
+	AnyStatus, AnyQueue, AnyPriority, AnyAssignment, AnyReason int64
 }
 
 // Queues lists the queues with sessions in the inbox, sorted.
@@ -157,7 +164,7 @@ const (
 // that the inbox can tell "assigned to me".
 func AssigneeOf(u User) string { return u.Actor() }
 
-const inboxColumns = "id, ticket_ref, goal, status, priority, state_version, current_step, queue, assignee, escalated_at, updated_at"
+const inboxColumns = "id, ticket_ref, goal, status, priority, state_version, current_step, queue, assignee, escalated_at, updated_at, reason_code"
 
 // Inbox returns one page of the sessions in human hands, most urgent first
 // (SLA due, then priority, then the longest waiting), and the counts of every
@@ -274,6 +281,10 @@ func (s *Store) inboxFilterSQL(o InboxOpts) (string, []any) {
 	case Unassigned:
 		b.WriteString(" AND assignee = ''")
 	}
+	if o.Reason != "" {
+		b.WriteString(" AND reason_code = ?")
+		args = append(args, o.Reason)
+	}
 	if o.Search != "" {
 		// The same word match as ListSessions, or a pasted session id.
 		b.WriteString(" AND (id = ?")
@@ -298,26 +309,27 @@ func (s *Store) timeParam() string {
 }
 
 type inboxGroup struct {
-	Status   Status
-	Queue    string
-	Priority int
-	Assignee string
-	N        int64
+	Status     Status
+	Queue      string
+	Priority   int
+	Assignee   string
+	ReasonCode ReasonCode
+	N          int64
 }
 
 // inboxCounts computes every facet count from one grouped query; the number of
-// groups is bounded by statuses × queues × priorities × assignees, not by the
-// number of sessions.
+// groups is bounded by statuses × queues × priorities × assignees × reason
+// codes, not by the number of sessions.
 func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, error) {
 	var groups []inboxGroup
-	err := s.DB.WithContext(ctx).Raw(`SELECT status, queue, priority, assignee, count(*) AS n
-FROM sessions WHERE ` + inboxWhere + ` GROUP BY status, queue, priority, assignee`).Scan(&groups).Error
+	err := s.DB.WithContext(ctx).Raw(`SELECT status, queue, priority, assignee, reason_code, count(*) AS n
+FROM sessions WHERE ` + inboxWhere + ` GROUP BY status, queue, priority, assignee, reason_code`).Scan(&groups).Error
 	if err != nil {
 		return InboxCounts{}, fmt.Errorf("inbox counts: %w", err)
 	}
 	c := InboxCounts{
 		Status: map[Status]int64{}, Queue: map[string]int64{}, Priority: map[int]int64{},
-		Assignment: map[string]int64{AssignedToMe: 0, Unassigned: 0},
+		Assignment: map[string]int64{AssignedToMe: 0, Unassigned: 0}, Reason: map[ReasonCode]int64{},
 	}
 	assignment := func(g inboxGroup) []string {
 		switch {
@@ -337,27 +349,34 @@ FROM sessions WHERE ` + inboxWhere + ` GROUP BY status, queue, priority, assigne
 		for _, a := range assignment(g) {
 			as = as || a == o.Assignment
 		}
-		if qu && pr && as {
+		re := o.Reason == "" || g.ReasonCode == o.Reason
+		if qu && pr && as && re {
 			c.Status[g.Status] += g.N
 			c.AnyStatus += g.N
 		}
-		if st && pr && as {
+		if st && pr && as && re {
 			if g.Queue != "" {
 				c.Queue[g.Queue] += g.N
 			}
 			c.AnyQueue += g.N
 		}
-		if st && qu && as {
+		if st && qu && as && re {
 			c.Priority[g.Priority] += g.N
 			c.AnyPriority += g.N
 		}
-		if st && qu && pr {
+		if st && qu && pr && re {
 			for _, a := range assignment(g) {
 				c.Assignment[a] += g.N
 			}
 			c.AnyAssignment += g.N
 		}
 		if st && qu && pr && as {
+			if g.ReasonCode != "" {
+				c.Reason[g.ReasonCode] += g.N
+			}
+			c.AnyReason += g.N
+		}
+		if st && qu && pr && as && re {
 			c.Total += g.N
 		}
 	}
@@ -530,6 +549,9 @@ const (
 	ActRelease      TakeoverAction = "release"
 	ActForceRelease TakeoverAction = "force-release"
 	ActNote         TakeoverAction = "note"
+	// ActResolveRisk is offered per open risk (CanResolveRisks), not in
+	// the takeover panel.
+	ActResolveRisk  TakeoverAction = "resolve-risk"
 	ActRequestInput TakeoverAction = "request-input"
 	ActResume       TakeoverAction = "resume"
 	ActHandBack     TakeoverAction = "hand-back"
@@ -559,10 +581,11 @@ func TakeoverActions(st State, u User) []TakeoverAction {
 			return []TakeoverAction{ActComplete, ActResume, ActHandBack, ActRequestInput, ActReject, ActNote, ActRelease}
 		}
 		if u.Role == RoleAdmin {
-			return []TakeoverAction{ActForceRelease}
+			return []TakeoverAction{ActForceRelease, ActNote}
 		}
 	}
-	return nil
+	// A note is taken from anyone, in every status (AddNote).
+	return []TakeoverAction{ActNote}
 }
 
 // SessionDetail is what the console's session page shows, read in a few

@@ -315,7 +315,7 @@ func TestInboxScalesOnPostgres(t *testing.T) {
 	// Every other session is in the inbox; every fifth of those is claimed.
 	// Priorities, queues and escalation times are spread deterministically so
 	// that the expected order can be computed here.
-	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, state, last_hash, escalated_at, created_at, updated_at)
+	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, reason_code)
 SELECT 'ses_' || lpad(i::text, 6, '0'),
        'T-' || i,
        'Goal ' || i,
@@ -326,7 +326,8 @@ SELECT 'ses_' || lpad(i::text, 6, '0'),
        CASE WHEN i % 10 = 0 THEN 'user:usr_' || (i % 7) ELSE '' END,
        '{}', '',
        CASE WHEN i % 2 = 1 THEN NULL ELSE timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => (i * 7919) % 86400) END,
-       timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00'
+       timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00',
+       CASE WHEN i % 2 = 1 THEN '' WHEN i % 16 = 2 THEN 'leases_exhausted' ELSE 'worker' END
 FROM generate_series(1, ?) AS i`, n).Error
 	if err != nil {
 		t.Fatal(err)
@@ -385,6 +386,7 @@ FROM generate_series(1, ?) AS i`, n).Error
 		{"mine", models.InboxFilter{Assignment: models.AssignedToMe}, func(k key) bool { return k.i%10 == 0 && k.i%7 == 3 }},
 		{"claimed", models.InboxFilter{Status: models.StatusHumanActive}, func(k key) bool { return k.i%10 == 0 }},
 		{"priority", models.InboxFilter{Priority: 4, Assignment: models.Unassigned}, func(k key) bool { return k.prio == 4 && k.i%10 != 0 }},
+		{"reason", models.InboxFilter{Reason: models.ReasonLeasesExhausted}, func(k key) bool { return k.i%16 == 2 }},
 	}
 	for _, tc := range cases {
 		after := ""
@@ -416,6 +418,9 @@ FROM generate_series(1, ?) AS i`, n).Error
 			text := strings.Join(plan, "\n")
 			if strings.Contains(text, "Seq Scan on sessions") || !strings.Contains(text, "sessions_inbox") {
 				t.Fatalf("%s page %d does not use an inbox index:\n%s\n%s", tc.name, p, pageSQL, text)
+			}
+			if tc.f.Reason != "" && !strings.Contains(text, "sessions_inbox_reason_idx") {
+				t.Fatalf("%s page %d does not use the reason index of migration 00008:\n%s", tc.name, p, text)
 			}
 			// Each priority's branch reads its index in order and stops at
 			// the page size: no sort, no scan past the page.

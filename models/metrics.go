@@ -173,9 +173,12 @@ type StateConflicts struct {
 // human.requested_input, human.resumed, human.handed_back, human.completed or
 // human.rejected after a claim; it is timed from the first human.claimed of
 // that escalation (a release and a new claim do not restart the clock).
-// Escalations counts the escalations opened in the window.
+// Escalations counts the escalations opened in the window, and
+// EscalationsByReason the same escalations by reason code (every code is
+// listed, zero included).
 type Clarity struct {
 	Escalations                int64                     `json:"escalations"`
+	EscalationsByReason        map[ReasonCode]int64      `json:"escalations_by_reason"`
 	Reviews                    int64                     `json:"reviews"`
 	MeanScore                  *float64                  `json:"mean_score"`
 	Criteria                   map[string]CriterionScore `json:"criteria"`
@@ -441,6 +444,7 @@ type metricAcc struct {
 	recoveries                        int64
 	recoverySum, recoveryMax          time.Duration
 	escalations, reviews              int64
+	byReason                          map[ReasonCode]int64
 	scoreSum, scoreN                  int64
 	criteria                          map[string]*[2]int64 // sum, count
 	decisions                         int64
@@ -474,10 +478,14 @@ func (a *metricAcc) set() MetricSet {
 		EscalationClarity: Clarity{
 			Escalations: a.escalations, Reviews: a.reviews, Criteria: map[string]CriterionScore{},
 			Decisions: a.decisions, MeanClaimToDecisionSeconds: seconds(a.decisionSum, a.decisions),
+			EscalationsByReason: make(map[ReasonCode]int64, len(AllReasonCodes)),
 		},
 	}
 	m.PromptCache = PromptCache{Results: a.usageResults, InputTokens: a.inputTokens, CachedInputTokens: a.cached,
 		HitRate: ratio(a.cached, a.inputTokens)}
+	for _, c := range AllReasonCodes {
+		m.EscalationClarity.EscalationsByReason[c] = a.byReason[c]
+	}
 	if a.recoveries > 0 {
 		m.Recovery.MaxSeconds = seconds(a.recoveryMax, 1)
 	}
@@ -612,7 +620,18 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 		interrupt(queue)
 		sf.escQueue = queue
 		if in {
-			f.add(queue, func(a *metricAcc) { a.escalations++ })
+			class := ""
+			if p.Failure != nil {
+				class = p.Failure.Class
+			}
+			code := escalationCode(t, class, p.Result)
+			f.add(queue, func(a *metricAcc) {
+				a.escalations++
+				if a.byReason == nil {
+					a.byReason = map[ReasonCode]int64{}
+				}
+				a.byReason[code]++
+			})
 		}
 	}
 	productive := func() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -406,7 +407,7 @@ func (p *propRun) takeover(action string) {
 	u := rapid.SampledFrom(p.users).Draw(p.rt, "user")
 	if action == "" {
 		action = rapid.SampledFrom([]string{"claim", "release", "force-release", "note", "note-invalid",
-			"request-input", "resume", "hand-back", "complete", "reject"}).Draw(p.rt, "action")
+			"request-input", "resume", "hand-back", "complete", "reject", "resolve-risk"}).Draw(p.rt, "action")
 	}
 	v, stale := p.version(cur.Version)
 	key := p.key()
@@ -438,6 +439,25 @@ func (p *propRun) takeover(action string) {
 			in.Text = ""
 		}
 		run = func() (models.Outcome, error) { return p.s.AddNote(ctx, p.sid, u, key, in) }
+	case "resolve-risk":
+		et = models.EventRiskResolved
+		risk := "not a risk of this session"
+		if len(cur.Risks) > 0 && rapid.Bool().Draw(p.rt, "open risk") {
+			risk = cur.Risks[0]
+		}
+		run = func() (models.Outcome, error) {
+			return p.s.ResolveRisk(ctx, p.sid, u, key, models.ResolveRiskInput{Risk: risk})
+		}
+		want := kOK
+		switch {
+		case cur.Status.Terminal():
+			want = kIllegal
+		case !slices.Contains(cur.Risks, risk):
+			// Resolving names no version and no holder: only an open risk.
+			want = kInvalid
+		}
+		p.exec(action, want, key, run)
+		return
 	case "request-input":
 		et = models.EventHumanRequestedInput
 		run = func() (models.Outcome, error) {
@@ -475,6 +495,10 @@ func (p *propRun) takeover(action string) {
 		want = kForbid
 	case action == "note-invalid":
 		want = kInvalid
+	case action == "note":
+		// Notes never conflict, are taken from any agent, holder or not,
+		// and in every status.
+		want = kOK
 	case stale:
 		want = kConflict
 	case action != "claim" && cur.Status == models.StatusHumanActive && !holderOrAdmin:
@@ -539,7 +563,7 @@ func (p *propRun) natural() {
 	case models.StatusPaused:
 		pick(tr(models.EventSessionResumed))
 	case models.StatusEscalated:
-		pick(tk("claim"), tk("claim", "note"))
+		pick(tk("claim"), tk("claim", "note", "resolve-risk"))
 	case models.StatusHumanActive:
 		pick(tk("release", "force-release", "note", "note-invalid"), tk("request-input", "resume", "hand-back"),
 			tk("complete", "reject"), tk("claim"))

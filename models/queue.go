@@ -572,6 +572,16 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 				DelegationID: d.ID, Attempt: d.Attempt, Step: d.Step, ResultType: in.ResultType,
 				Output: in.Output, Evidence: in.Evidence, Uncertainty: in.Uncertainty, NextStep: in.NextStep,
 				Question: in.Question, Risks: in.Risks, Failure: in.Failure, Usage: in.Usage,
+				ResolvedRisks: in.ResolvedRisks,
+			}
+			if len(in.ResolvedRisks) > 0 {
+				// Checked under the lock, after the lease: a fenced writer
+				// hears "conflict" first, and a 422 leaves the lease usable.
+				v := &ValidationError{}
+				openRiskErrors(v, "resolved_risks", in.ResolvedRisks, cur)
+				if err := v.Err(); err != nil {
+					return nil, err
+				}
 			}
 			if in.Failure != nil && in.Failure.Class == FailureTransient && d.Attempt < d.MaxAttempts {
 				p.Retry = true

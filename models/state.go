@@ -56,7 +56,9 @@ type ActiveDelegation struct {
 // Escalation is the package a human gets when a session escalates: everything
 // needed to decide without reading the history.
 type Escalation struct {
-	Reason          string         `json:"reason"`
+	Reason string `json:"reason"`
+	// ReasonCode is why the session escalated, from a fixed list.
+	ReasonCode      ReasonCode     `json:"reason_code"`
 	Question        string         `json:"question"`
 	Goal            string         `json:"goal"`
 	ParentGoal      string         `json:"parent_goal,omitempty"`
@@ -73,6 +75,13 @@ type Escalation struct {
 	// Children are a parent's child sessions side by side, when the parent
 	// escalated because its join conflicted, timed out or could not be met.
 	Children []ChildOutcome `json:"children,omitempty"`
+	// Attempts is the attempt the escalated delegation was on, of
+	// MaxAttempts; Failures are its failed attempts (also listed, as text,
+	// in Evidence); RecommendedAction is what the human should do first.
+	Attempts          int              `json:"attempts,omitempty"`
+	MaxAttempts       int              `json:"max_attempts,omitempty"`
+	Failures          []AttemptFailure `json:"failures,omitempty"`
+	RecommendedAction string           `json:"recommended_action,omitempty"`
 }
 
 // Note is a human's note on a session, optionally with evidence.
@@ -81,6 +90,9 @@ type Note struct {
 	Text      string    `json:"text"`
 	Evidence  *Evidence `json:"evidence,omitempty"`
 	AtVersion int64     `json:"at_version"`
+	// SeenVersion is the version the author was looking at, when older
+	// than AtVersion: notes are recorded whatever happened meanwhile.
+	SeenVersion int64 `json:"seen_version,omitempty"`
 }
 
 // Join is how a parent waits for its children (the fan-out join contract).
@@ -139,6 +151,13 @@ type State struct {
 	RunReason    *RunReason       `json:"run_reason,omitempty"`
 	FactVersions map[string]int64 `json:"fact_versions,omitempty"`
 	Joined       *JoinedChildren  `json:"joined,omitempty"`
+	// Failures are the last failed attempts (failed results, expired
+	// leases) of the session's delegations, newest last, for escalation
+	// packages and retries.
+	Failures []AttemptFailure `json:"failures,omitempty"`
+	// ResolvedRisks are risks that left Risks because a human or a worker
+	// resolved them, newest last.
+	ResolvedRisks []ResolvedRisk `json:"resolved_risks,omitempty"`
 }
 
 // Run reason kinds (RunReason.Kind).
@@ -188,6 +207,8 @@ func (s State) clone() State {
 	c.Evidence = cloneSlice(s.Evidence)
 	c.Risks = cloneSlice(s.Risks)
 	c.Notes = cloneSlice(s.Notes)
+	c.Failures = cloneSlice(s.Failures)
+	c.ResolvedRisks = cloneSlice(s.ResolvedRisks)
 	if s.Facts != nil {
 		c.Facts = make(map[string]any, len(s.Facts))
 		for k, v := range s.Facts {

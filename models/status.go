@@ -78,23 +78,25 @@ var nonTerminal = []Status{
 // payload, Apply computes it; the table only says what is allowed at all.
 // A nil entry means "from any status, terminal included" (audit-only events).
 var transitions = map[EventType]map[Status]bool{
-	EventSessionCreated:        statusSet(), // only from the empty state; checked in Apply
-	EventSessionPaused:         statusSet(StatusOpen, StatusQueued, StatusRunning, StatusAwaitingInput, StatusWaitingChildren),
-	EventSessionResumed:        statusSet(StatusPaused),
-	EventSessionEscalated:      statusSet(StatusOpen, StatusQueued, StatusRunning, StatusAwaitingInput, StatusPaused, StatusWaitingChildren),
-	EventSessionCancelled:      statusSet(nonTerminal...),
-	EventDelegationCreated:     statusSet(StatusOpen, StatusAwaitingInput),
-	EventDelegationLeased:      statusSet(StatusQueued),
-	EventDelegationExpired:     statusSet(StatusRunning),
-	EventResultCompleted:       statusSet(StatusRunning),
-	EventResultNeedsInput:      statusSet(StatusRunning),
-	EventResultRejected:        statusSet(StatusRunning),
-	EventResultEscalated:       statusSet(StatusRunning),
-	EventResultFailed:          statusSet(StatusRunning),
-	EventInputProvided:         statusSet(StatusAwaitingInput),
-	EventHumanClaimed:          statusSet(StatusEscalated),
-	EventHumanReleased:         statusSet(StatusHumanActive),
-	EventHumanNoted:            statusSet(StatusEscalated, StatusHumanActive),
+	EventSessionCreated:    statusSet(), // only from the empty state; checked in Apply
+	EventSessionPaused:     statusSet(StatusOpen, StatusQueued, StatusRunning, StatusAwaitingInput, StatusWaitingChildren),
+	EventSessionResumed:    statusSet(StatusPaused),
+	EventSessionEscalated:  statusSet(StatusOpen, StatusQueued, StatusRunning, StatusAwaitingInput, StatusPaused, StatusWaitingChildren),
+	EventSessionCancelled:  statusSet(nonTerminal...),
+	EventDelegationCreated: statusSet(StatusOpen, StatusAwaitingInput),
+	EventDelegationLeased:  statusSet(StatusQueued),
+	EventDelegationExpired: statusSet(StatusRunning),
+	EventResultCompleted:   statusSet(StatusRunning),
+	EventResultNeedsInput:  statusSet(StatusRunning),
+	EventResultRejected:    statusSet(StatusRunning),
+	EventResultEscalated:   statusSet(StatusRunning),
+	EventResultFailed:      statusSet(StatusRunning),
+	EventInputProvided:     statusSet(StatusAwaitingInput),
+	EventHumanClaimed:      statusSet(StatusEscalated),
+	EventHumanReleased:     statusSet(StatusHumanActive),
+	// Notes are taken in every status, closed ones included: a note typed
+	// while the session moved on must never be lost.
+	EventHumanNoted:            nil,
 	EventHumanRequestedInput:   statusSet(StatusHumanActive),
 	EventHumanResumed:          statusSet(StatusHumanActive),
 	EventHumanHandedBack:       statusSet(StatusHumanActive),
@@ -104,6 +106,7 @@ var transitions = map[EventType]map[Status]bool{
 	EventChildrenJoined:        statusSet(StatusWaitingChildren),
 	EventReviewScored:          nil,
 	EventEscalationSLABreached: statusSet(StatusEscalated, StatusHumanActive),
+	EventRiskResolved:          statusSet(nonTerminal...),
 }
 
 // Allowed reports whether an event of type t may be applied to a session in

@@ -15,7 +15,7 @@ import (
 // write. The actor is always the user (User.Actor), never a token.
 //
 //	escalated ──claim──▶ human_active ──release / force release──▶ escalated
-//	                         │ note (also allowed while escalated)
+//	                         │ note (by anyone, in every status)
 //	                         ├─ request input ─▶ awaiting_input
 //	                         ├─ resume automation / hand back ─▶ queued
 //	                         └─ complete / reject ─▶ completed / rejected
@@ -76,7 +76,10 @@ func (in ReleaseInput) Validate() error {
 	return v.Err()
 }
 
-// NoteInput adds a note, optionally backed by evidence.
+// NoteInput adds a note from the console, optionally backed by evidence.
+// ExpectedVersion is the version the form was rendered at; it is recorded,
+// never checked: notes do not conflict with anything, and one typed while
+// the session moved on is still recorded.
 type NoteInput struct {
 	ExpectedVersion *int64 `json:"expected_version"`
 	Text            string `json:"text"`
@@ -87,7 +90,9 @@ type NoteInput struct {
 // Validate lists every problem with the input.
 func (in NoteInput) Validate() error {
 	v := &ValidationError{}
-	validateExpected(v, in.ExpectedVersion)
+	if in.ExpectedVersion != nil && *in.ExpectedVersion < 1 {
+		v.Add("expected_version", "must be at least 1")
+	}
 	validateText(v, "text", in.Text, true)
 	if strings.TrimSpace(in.EvidenceClaim) == "" && strings.TrimSpace(in.EvidenceSource) != "" {
 		v.Add("evidence_claim", "is required when a source is given")
@@ -98,6 +103,54 @@ func (in NoteInput) Validate() error {
 	if len(in.EvidenceSource) > MaxItemLen {
 		v.Add("evidence_source", "must be at most %d bytes", MaxItemLen)
 	}
+	return v.Err()
+}
+
+// NoteRequest is a note sent through the API (POST /sessions/{id}/notes):
+// the same note as NoteInput, with the evidence as an object.
+type NoteRequest struct {
+	Text     string    `json:"text"`
+	Evidence *Evidence `json:"evidence"`
+	// ExpectedVersion, when given, is recorded as the version the note was
+	// written against; like any note it never conflicts.
+	ExpectedVersion *int64 `json:"expected_version"`
+}
+
+// Validate lists every problem with the request.
+func (in NoteRequest) Validate() error {
+	v := &ValidationError{}
+	if in.ExpectedVersion != nil && *in.ExpectedVersion < 1 {
+		v.Add("expected_version", "must be at least 1")
+	}
+	validateText(v, "text", in.Text, true)
+	if e := in.Evidence; e != nil {
+		if strings.TrimSpace(e.Claim) == "" {
+			v.Add("evidence.claim", "is required when evidence is given")
+		} else if len(e.Claim) > MaxItemLen {
+			v.Add("evidence.claim", "must be at most %d bytes", MaxItemLen)
+		}
+		if len(e.Source) > MaxItemLen {
+			v.Add("evidence.source", "must be at most %d bytes", MaxItemLen)
+		}
+	}
+	return v.Err()
+}
+
+// ResolveRiskInput marks one open risk resolved from the console.
+type ResolveRiskInput struct {
+	Risk string `json:"risk"`
+	Note string `json:"note"`
+}
+
+// Validate lists every problem with the input.
+func (in ResolveRiskInput) Validate() error {
+	v := &ValidationError{}
+	if strings.TrimSpace(in.Risk) == "" {
+		v.Add("risk", "is required")
+	} else if len(in.Risk) > MaxItemLen {
+		v.Add("risk", "must be at most %d bytes", MaxItemLen)
+	}
+	validateText(v, "note", in.Note, false)
 	return v.Err()
 }
 
@@ -314,19 +367,91 @@ func (s *Store) release(ctx context.Context, sessionID string, u User, idemKey s
 	return s.Execute(ctx, cmd)
 }
 
-// AddNote records a note (and optional evidence) on an escalated or claimed
-// session. It changes no status; the evidence joins the session's evidence.
+// AddNote records a support agent's or an admin's note (and optional
+// evidence) on a session in any status, closed ones included. Anyone who
+// may take over escalations may add one, holder or not: a note changes no
+// status and takes nothing from the holder. It names no expected version and
+// so never conflicts; the version the author saw is kept with the note.
 func (s *Store) AddNote(ctx context.Context, sessionID string, u User, idemKey string, in NoteInput) (Outcome, error) {
-	t := takeover{sessionID: sessionID, user: u, action: "note", in: in}
-	p := HumanPayload{User: u.Actor(), Text: strings.TrimSpace(in.Text)}
-	if c := strings.TrimSpace(in.EvidenceClaim); c != "" {
-		p.Evidence = &Evidence{Claim: c, Source: strings.TrimSpace(in.EvidenceSource)}
+	if !u.CanTakeOver() {
+		return Outcome{}, fmt.Errorf("note on session %s by %s (%s): %w", sessionID, u.Email, u.Role, ErrForbidden)
 	}
-	cmd, err := s.takeoverCommand(t, EventHumanNoted, idemKey, in.ExpectedVersion, p, nil)
-	if err != nil {
+	if err := in.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	return s.Execute(ctx, cmd)
+	req := NoteRequest{Text: in.Text, ExpectedVersion: in.ExpectedVersion}
+	if c := strings.TrimSpace(in.EvidenceClaim); c != "" {
+		req.Evidence = &Evidence{Claim: c, Source: in.EvidenceSource}
+	}
+	return s.note(ctx, sessionID, u.Actor(), idemKey, req)
+}
+
+// AddNoteAs records a note sent through the API by actor (a controller's
+// or an admin's token); see AddNote.
+func (s *Store) AddNoteAs(ctx context.Context, sessionID, actor, idemKey string, in NoteRequest) (Outcome, error) {
+	if err := in.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	return s.note(ctx, sessionID, actor, idemKey, in)
+}
+
+func (s *Store) note(ctx context.Context, sessionID, actor, idemKey string, in NoteRequest) (Outcome, error) {
+	p := HumanPayload{User: actor, Text: strings.TrimSpace(in.Text)}
+	if in.ExpectedVersion != nil {
+		p.SeenVersion = *in.ExpectedVersion
+	}
+	if e := in.Evidence; e != nil {
+		p.Evidence = &Evidence{Claim: strings.TrimSpace(e.Claim), Source: strings.TrimSpace(e.Source)}
+	}
+	fp, err := fingerprintFor(idemKey, "note", sessionID, in)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("note on session %s: %w", sessionID, err)
+	}
+	return s.Execute(ctx, Command{
+		SessionID: sessionID, Type: EventHumanNoted, Actor: actor,
+		Payload: p, IdempotencyKey: idemKey, Fingerprint: fp,
+	})
+}
+
+// CanResolveRisks reports whether u may mark the open risks of a session in
+// st resolved: any support agent or admin, holder or not, while the session
+// is not closed. The session page asks it before offering the buttons.
+func CanResolveRisks(st State, u User) bool {
+	return u.CanTakeOver() && !st.Status.Terminal() && len(st.Risks) > 0
+}
+
+// ResolveRisk marks one open risk of a session resolved (risk.resolved).
+// Like a note it names no version: the only precondition is that the risk
+// is still open, checked under the session lock (422 naming "risk").
+func (s *Store) ResolveRisk(ctx context.Context, sessionID string, u User, idemKey string, in ResolveRiskInput) (Outcome, error) {
+	if !u.CanTakeOver() {
+		return Outcome{}, fmt.Errorf("resolve risk on session %s by %s (%s): %w", sessionID, u.Email, u.Role, ErrForbidden)
+	}
+	if err := in.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	fp, err := fingerprintFor(idemKey, "resolve-risk", sessionID, in)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("resolve risk on session %s: %w", sessionID, err)
+	}
+	actor := u.Actor()
+	return s.Execute(ctx, Command{
+		SessionID: sessionID, Type: EventRiskResolved, Actor: actor, IdempotencyKey: idemKey, Fingerprint: fp,
+		Payload: RiskResolvedPayload{User: actor, Risks: []string{in.Risk}, Note: strings.TrimSpace(in.Note)},
+		Prepare: func(tx *Tx, cur State) (any, error) {
+			if cur.Status.Terminal() {
+				return nil, nil // Execute reports the illegal transition
+			}
+			v := &ValidationError{}
+			for _, r := range cur.Risks {
+				if r == in.Risk {
+					return nil, nil
+				}
+			}
+			v.Add("risk", "is not an open risk of session %s", sessionID)
+			return nil, v
+		},
+	})
 }
 
 // RequestInput asks a question and parks the session in awaiting_input

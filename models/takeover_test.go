@@ -311,7 +311,7 @@ func TestTakeoverNote(t *testing.T) {
 		p := staff(t, s)
 		sid := controllerEscalated(ctx, t, s)
 		before := snapshot(t, s, sid)
-		_, err := s.AddNote(ctx, sid, p.a, "", models.NoteInput{Text: "  ", EvidenceSource: "crm:42"})
+		_, err := s.AddNote(ctx, sid, p.a, "", models.NoteInput{ExpectedVersion: v64(0), Text: "  ", EvidenceSource: "crm:42"})
 		wantFields(t, err, "expected_version", "text", "evidence_claim")
 		assertUnchanged(t, s, sid, before)
 
@@ -323,33 +323,58 @@ func TestTakeoverNote(t *testing.T) {
 		if _, err := s.ClaimEscalation(ctx, sid, p.a, "", models.ClaimInput{ExpectedVersion: v64(3)}); err != nil {
 			t.Fatal(err)
 		}
-		before = snapshot(t, s, sid)
-		_, err = s.AddNote(ctx, sid, p.b, "", models.NoteInput{ExpectedVersion: v64(4), Text: "me too"})
-		wantForbidden(t, err)
-		_, err = s.AddNote(ctx, sid, p.a, "", models.NoteInput{ExpectedVersion: v64(3), Text: "stale"})
-		wantConflict(t, err, 4)
-		assertUnchanged(t, s, sid, before)
+		// A non-holder's note is taken too: it takes nothing from the holder.
+		out, err = s.AddNote(ctx, sid, p.b, "", models.NoteInput{ExpectedVersion: v64(4), Text: "me too"})
+		if err != nil || out.Status != models.StatusHumanActive || out.StateVersion != 5 {
+			t.Fatalf("non-holder note = %+v, %v", out, err)
+		}
+		// A note typed against an old version is recorded, never refused,
+		// and remembers the version its author saw.
+		out, err = s.AddNote(ctx, sid, p.a, "", models.NoteInput{ExpectedVersion: v64(3), Text: "stale"})
+		if err != nil || out.StateVersion != 6 {
+			t.Fatalf("stale note = %+v, %v", out, err)
+		}
+		st := mustState(t, s, sid)
+		if n := st.Notes[len(st.Notes)-1]; n.Text != "stale" || n.SeenVersion != 3 || n.AtVersion != 6 || st.Assignee != p.a.Actor() {
+			t.Fatalf("stale note recorded as %+v (assignee %s)", n, st.Assignee)
+		}
 
-		_, err = s.AddNote(ctx, sid, p.a, "", models.NoteInput{ExpectedVersion: v64(4), Text: "Paid by card",
+		_, err = s.AddNote(ctx, sid, p.a, "", models.NoteInput{Text: "Paid by card",
 			EvidenceClaim: "card payment settled", EvidenceSource: "psp:ch_123"})
 		if err != nil {
 			t.Fatalf("note with evidence: %v", err)
 		}
-		st := mustState(t, s, sid)
-		if len(st.Notes) != 2 || st.Notes[1].By != p.a.Actor() || st.Notes[1].Evidence == nil || st.Status != models.StatusHumanActive {
+		st = mustState(t, s, sid)
+		if len(st.Notes) != 4 || st.Notes[3].By != p.a.Actor() || st.Notes[3].Evidence == nil || st.Status != models.StatusHumanActive {
 			t.Fatalf("notes = %+v", st.Notes)
 		}
 		if last := st.Evidence[len(st.Evidence)-1]; last.Source != "psp:ch_123" {
 			t.Fatalf("evidence = %+v", st.Evidence)
 		}
-		// An admin may act on anyone's claim.
-		if _, err := s.AddNote(ctx, sid, p.admin, "", models.NoteInput{ExpectedVersion: v64(5), Text: "Looks right"}); err != nil {
+		if _, err := s.AddNote(ctx, sid, p.admin, "", models.NoteInput{ExpectedVersion: v64(7), Text: "Looks right"}); err != nil {
 			t.Fatalf("admin note: %v", err)
 		}
-		// Notes on a session that is not in human hands are illegal.
+		// Reviewers score packages; they do not write notes.
+		before = snapshot(t, s, sid)
+		_, err = s.AddNote(ctx, sid, p.reviewer, "", models.NoteInput{Text: "x"})
+		wantForbidden(t, err)
+		assertUnchanged(t, s, sid, before)
+
+		// Notes are taken in every status: open, and closed.
 		open := storetest.Session(ctx, t, s, nil)
-		_, err = s.AddNote(ctx, open, p.a, "", models.NoteInput{ExpectedVersion: v64(1), Text: "x"})
-		wantIllegal(t, err, 1)
+		if _, err := s.AddNote(ctx, open, p.a, "", models.NoteInput{ExpectedVersion: v64(1), Text: "x"}); err != nil {
+			t.Fatalf("note on an open session: %v", err)
+		}
+		if _, err := s.Transition(ctx, open, models.EventSessionCancelled, "test:controller", "", models.TransitionInput{ExpectedVersion: v64(2), Reason: "dup"}); err != nil {
+			t.Fatal(err)
+		}
+		out, err = s.AddNote(ctx, open, p.b, "", models.NoteInput{ExpectedVersion: v64(2), Text: "closed as a duplicate of T-9"})
+		if err != nil || out.Status != models.StatusCancelled {
+			t.Fatalf("note on a cancelled session = %+v, %v", out, err)
+		}
+		if rep, err := s.Verify(ctx, models.VerifyOpts{SessionIDs: []string{open, sid}}); err != nil || !rep.OK() {
+			t.Fatalf("verify: %v %+v", err, rep.Problems)
+		}
 	})
 }
 

@@ -40,6 +40,9 @@ type Session struct {
 	// InputRequestedAt is when the question of a session waiting for input
 	// was asked, for the inbox's "Waiting on input" view (see waitsForInput).
 	InputRequestedAt NullTime
+	// ReasonCode is the code of the session's escalation (State.Escalation),
+	// empty when it has none, for the inbox filter.
+	ReasonCode ReasonCode
 }
 
 // TableName pins the table name for GORM.
@@ -435,7 +438,8 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 
 const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goal = ?, status = ?, priority = ?,
 	state_version = ?, current_step = ?, queue = ?, assignee = ?, state = ?, last_hash = ?,
-	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?, search_notes = ?, input_requested_at = ?
+	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?, search_notes = ?, input_requested_at = ?,
+	reason_code = ?
 	WHERE id = ? AND state_version = ?`
 
 const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at)`
@@ -467,11 +471,11 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 	if creates {
 		args = []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
 			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
-			p.InputRequestedAt}
+			p.InputRequestedAt, p.ReasonCode}
 	} else {
 		args = []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
 			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
-			p.InputRequestedAt, p.ID, before}
+			p.InputRequestedAt, p.ReasonCode, p.ID, before}
 	}
 	if s.Dialect == Postgres {
 		q := updateSessionWithEvent
@@ -497,8 +501,8 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 var (
 	insertSession = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
 	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at,
-	search_notes, input_requested_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	search_notes, input_requested_at, reason_code)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
@@ -533,6 +537,9 @@ func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
 	}
 	if waitsForInput(st) {
 		p.InputRequestedAt = NullTime{Time: now, Valid: true}
+	}
+	if st.Escalation != nil {
+		p.ReasonCode = st.Escalation.ReasonCode
 	}
 	return p
 }
