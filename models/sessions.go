@@ -183,6 +183,8 @@ type ListSessionsOpts struct {
 	Limit     int
 	// AfterID continues a listing ordered by id (ids sort by creation time).
 	AfterID string
+	// Stalled keeps only stalled sessions (models/routes.go).
+	Stalled bool
 }
 
 // ListSessions returns sessions, newest first, without their state bodies.
@@ -199,6 +201,9 @@ func (s *Store) ListSessions(ctx context.Context, o ListSessionsOpts) ([]Session
 	}
 	if o.AfterID != "" {
 		q = q.Where("id < ?", o.AfterID)
+	}
+	if o.Stalled {
+		q = q.Where(stalledSQL)
 	}
 	var rows []Session
 	if err := q.Order("id DESC").Limit(o.Limit).Find(&rows).Error; err != nil {

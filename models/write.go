@@ -34,6 +34,10 @@ type Session struct {
 	// from the state (PausedUntil, Join.DueAt).
 	ResumeAt  NullTime
 	JoinDueAt NullTime
+	// NextStep is the state's next_step: with status open it names the step
+	// the session waits for, and without a route for it the session is
+	// stalled (models/routes.go).
+	NextStep string
 }
 
 // TableName pins the table name for GORM.
@@ -425,7 +429,7 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 
 const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goal = ?, status = ?, priority = ?,
 	state_version = ?, current_step = ?, queue = ?, assignee = ?, state = ?, last_hash = ?,
-	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?
+	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?, next_step = ?
 	WHERE id = ? AND state_version = ?`
 
 const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at)`
@@ -456,10 +460,10 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 	var args []any
 	if creates {
 		args = []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt}
+			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.NextStep}
 	} else {
 		args = []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.ID, before}
+			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.NextStep, p.ID, before}
 	}
 	if s.Dialect == Postgres {
 		q := updateSessionWithEvent
@@ -484,8 +488,8 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 // commit (the COMMIT may be in the same batch).
 var (
 	insertSession = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
-	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at, next_step)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
@@ -501,7 +505,7 @@ func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
 	p := Session{
 		ID: st.SessionID, TicketRef: st.TicketRef, Goal: st.Goal, Status: st.Status,
 		Priority: st.Priority, StateVersion: st.Version, CurrentStep: st.CurrentStep,
-		Assignee: st.Assignee, State: stateJSON, LastHash: lastHash, UpdatedAt: now,
+		Assignee: st.Assignee, State: stateJSON, LastHash: lastHash, UpdatedAt: now, NextStep: st.NextStep,
 	}
 	if st.ParentID != "" {
 		pid := st.ParentID
