@@ -228,6 +228,7 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"ChildrenRequest": models.SpawnInput{},
 		"ChildSpec":       models.ChildInput{},
 		"Join":            models.JoinInput{},
+		"RouteRequest":    models.RouteInput{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

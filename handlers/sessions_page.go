@@ -15,7 +15,8 @@ import (
 const SessionsPageSize = 50
 
 // SessionsPage serves GET /console/sessions: sessions newest first, filtered
-// by ?status= and ?ticket=, paged by the ?after= cursor (a session id).
+// by ?status= and ?ticket=, or only the stalled ones with ?stalled=1, paged
+// by the ?after= cursor (a session id).
 func SessionsPage(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		d := views.SessionsData{
@@ -26,7 +27,15 @@ func SessionsPage(s *models.Store) echo.HandlerFunc {
 		if d.Status != "" && !d.Status.Valid() {
 			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Unknown status %q.", d.Status))
 		}
-		opts := models.ListSessionsOpts{TicketRef: d.Ticket, AfterID: d.After, Limit: SessionsPageSize + 1}
+		switch st := c.QueryParam("stalled"); st {
+		case "", "0", "false":
+		case "1", "true":
+			// Stalled sessions are open by definition.
+			d.Stalled, d.Status = true, ""
+		default:
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("stalled must be 1 or 0, not %q.", st))
+		}
+		opts := models.ListSessionsOpts{TicketRef: d.Ticket, AfterID: d.After, Limit: SessionsPageSize + 1, Stalled: d.Stalled}
 		if d.Status != "" {
 			opts.Statuses = []models.Status{d.Status}
 		}
@@ -44,6 +53,11 @@ func SessionsPage(s *models.Store) echo.HandlerFunc {
 		if d.Counts, err = s.CountByStatus(ctx); err != nil {
 			return fmt.Errorf("sessions page: %w", err)
 		}
+		stalled, err := s.StalledStats(ctx)
+		if err != nil {
+			return fmt.Errorf("sessions page: %w", err)
+		}
+		d.StalledCount = stalled.Sessions
 		return Render(c, http.StatusOK, views.SessionsPage(d))
 	}
 }
