@@ -315,3 +315,95 @@ func TestQueueGaugesInFlightAndAge(t *testing.T) {
 		}
 	})
 }
+
+// TestStalledAndGaugesScaleOnPostgres: with 100,000 sessions and as many
+// finished delegations, listing and counting stalled sessions and the queue
+// gauges read partial indexes only: no plan scans sessions or delegations
+// sequentially, and the answers are exact.
+func TestStalledAndGaugesScaleOnPostgres(t *testing.T) {
+	t.Parallel()
+	s := storetest.New(t, models.Postgres)
+	ctx := context.Background()
+	const n = 100_000
+	// Every 1,000th session is open waiting on a step: even ones on
+	// "routed-step", odd ones on "lost-step" (stalled). The rest completed.
+	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, state, last_hash,
+	created_at, updated_at, next_step)
+SELECT 'ses_' || lpad(i::text, 6, '0'), 'T-' || i, 'Goal ' || i,
+       CASE WHEN i % 1000 = 0 THEN 'open' ELSE 'completed' END, 3, 3,
+       CASE WHEN i % 3 = 0 THEN 'billing' ELSE 'refunds' END, '{}', '',
+       timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => i),
+       CASE WHEN i % 2000 = 0 THEN 'routed-step' WHEN i % 1000 = 0 THEN 'lost-step' ELSE 'done-step' END
+FROM generate_series(1, ?) AS i`, n).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One delegation per session: every 100th queued (ready), every 250th
+	// leased, the rest done.
+	err = s.DB.Exec(`INSERT INTO delegations (id, session_id, queue, step, status, priority, attempt, max_attempts,
+	lease_seconds, available_at, created_at, updated_at)
+SELECT 'dlg_' || lpad(i::text, 6, '0'), 'ses_' || lpad(i::text, 6, '0'), CASE WHEN i % 3 = 0 THEN 'billing' ELSE 'refunds' END,
+       'check', CASE WHEN i % 100 = 0 THEN 'queued' WHEN i % 250 = 0 THEN 'leased' ELSE 'done' END, 3, 1, 3, 30,
+       timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => i),
+       timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00'
+FROM generate_series(1, ?) AS i`, n).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	putRoute(ctx, t, s, "routed-step", "mail")
+	if err := s.DB.Exec(`ANALYZE sessions; ANALYZE delegations; ANALYZE routes`).Error; err != nil {
+		t.Fatal(err)
+	}
+	s.Now = func() time.Time { return time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) }
+	captured := captureSQL(t, s)
+
+	explain := func(what string) {
+		t.Helper()
+		if len(*captured) != 1 {
+			t.Fatalf("%s ran %d queries, want 1: %v", what, len(*captured), *captured)
+		}
+		var plan []string
+		if err := s.DB.Raw("EXPLAIN " + (*captured)[0]).Scan(&plan).Error; err != nil {
+			t.Fatalf("explain %s: %v", what, err)
+		}
+		text := strings.Join(plan, "\n")
+		if strings.Contains(text, "Seq Scan on sessions") || strings.Contains(text, "Seq Scan on delegations") {
+			t.Fatalf("%s scans a table:\n%s\n%s", what, (*captured)[0], text)
+		}
+		*captured = (*captured)[:0]
+	}
+
+	*captured = (*captured)[:0]
+	st, err := s.StalledStats(ctx)
+	if err != nil || st.Sessions != n/2000 || st.ByStep["lost-step"] != n/2000 || len(st.ByStep) != 1 {
+		t.Fatalf("stalled stats = %+v, %v", st, err)
+	}
+	explain("stalled count")
+
+	rows, err := s.ListSessions(ctx, models.ListSessionsOpts{Stalled: true, Limit: 20})
+	if err != nil || len(rows) != 20 || rows[0].ID != "ses_099000" || rows[0].NextStep != "lost-step" {
+		t.Fatalf("stalled list = %d rows, first %+v, %v", len(rows), rows, err)
+	}
+	explain("stalled list")
+
+	gauges, err := s.QueueGauges(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]models.QueueGauge{}
+	for _, g := range gauges {
+		got[g.Queue] = g
+	}
+	// Ready: queued (i%100==0) and available by now (i <= 86,400) → 864,
+	// of which billing (i%3==0) 288. Leased: i%250==0 but not i%500==0 →
+	// 200, billing (i%750==0 but not i%1500==0) 67. Stalled: i%1000==0 but
+	// not i%2000==0 → 50, billing 17.
+	if g := got["billing"]; g.Ready != 288 || g.InFlight != 67 || g.Stalled != 17 {
+		t.Errorf("billing gauge = %+v", g)
+	}
+	if g := got["refunds"]; g.Ready != 576 || g.InFlight != 133 || g.Stalled != 33 ||
+		!g.OldestReady.Equal(time.Date(2026, 11, 1, 0, 1, 40, 0, time.UTC)) {
+		t.Errorf("refunds gauge = %+v", g)
+	}
+	explain("queue gauges")
+}
