@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // Step routes turn the return contract's next_step into the next delegation.
@@ -238,6 +240,11 @@ func Stalled(st Status, nextStep string, hasRoute bool) bool {
 // stalledSQL selects the stalled sessions; sessions_stalled_idx serves it.
 const stalledSQL = `sessions.status = 'open' AND sessions.next_step <> ''
 	AND NOT EXISTS (SELECT 1 FROM routes WHERE routes.step = sessions.next_step)`
+
+// StalledScope narrows a query on sessions to the stalled ones, for any
+// listing of sessions (q.Scopes(models.StalledScope)); sessions_stalled_idx
+// serves it.
+func StalledScope(q *gorm.DB) *gorm.DB { return q.Where(stalledSQL) }
 
 // StalledStep returns the step a session is stalled on, or "" when it is
 // not stalled. It reads the route only for an open session with a next_step.

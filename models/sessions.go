@@ -203,7 +203,7 @@ func (s *Store) ListSessions(ctx context.Context, o ListSessionsOpts) ([]Session
 		q = q.Where("id < ?", o.AfterID)
 	}
 	if o.Stalled {
-		q = q.Where(stalledSQL)
+		q = q.Scopes(StalledScope)
 	}
 	var rows []Session
 	if err := q.Order("id DESC").Limit(o.Limit).Find(&rows).Error; err != nil {
