@@ -59,3 +59,28 @@ func (c *Client) Routes(ctx context.Context) ([]Route, error) {
 func (c *Client) DeleteRoute(ctx context.Context, step string, opts ...CallOption) error {
 	return c.do(ctx, request{method: http.MethodDelete, path: "/api/v1/routes/" + esc(step)}, opts)
 }
+
+// DrainResult is what DrainRoute delegated.
+type DrainResult struct {
+	Step      string `json:"step"`
+	Delegated []struct {
+		SessionID    string `json:"session_id"`
+		DelegationID string `json:"delegation_id"`
+		StateVersion int64  `json:"state_version"`
+	} `json:"delegated"`
+	// More is true when more sessions wait on the step than limit allowed.
+	More bool `json:"more"`
+}
+
+// DrainRoute delegates, by the route of step, up to limit (0: the server's
+// default of 100) open sessions waiting on step, such as sessions that
+// stalled before the route existed (controller).
+func (c *Client) DrainRoute(ctx context.Context, step string, limit int, opts ...CallOption) (DrainResult, error) {
+	var out DrainResult
+	body := map[string]int{}
+	if limit > 0 {
+		body["limit"] = limit
+	}
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/routes/" + esc(step) + "/drain", body: body, out: &out}, opts)
+	return out, err
+}

@@ -67,3 +67,37 @@ func TestClientRoutes(t *testing.T) {
 		}
 	})
 }
+
+// TestClientDrainRoute: DrainRoute delegates a session that stalled before
+// its step had a route.
+func TestClientDrainRoute(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		ts := newTestServer(t, s, nil)
+		out, err := ts.controller.CreateSession(ctx, client.CreateSessionInput{Goal: "Refund order 1182"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.controller.Delegate(ctx, out.SessionID, client.DelegateInput{Queue: "refunds", Step: "check", ExpectedVersion: 1}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := ts.worker.Lease(ctx, "refunds", client.LeaseInput{Worker: "w-1"})
+		if err != nil || l == nil {
+			t.Fatal(l, err)
+		}
+		if res, err := ts.worker.Result(ctx, l.DelegationID, client.ResultInput{LeaseToken: l.LeaseToken, SessionID: l.SessionID, Step: l.Step,
+			ResultType: "completed", Output: map[string]any{}, Evidence: []client.Evidence{{Claim: "paid"}}, NextStep: "notify-customer"}); err != nil || res.Status != "open" {
+			t.Fatalf("unrouted result = %+v, %v", res, err)
+		}
+		if _, err := ts.controller.DrainRoute(ctx, "notify-customer", 0); !client.IsNotFound(err) {
+			t.Fatalf("drain without a route = %v", err)
+		}
+		if _, err := ts.controller.PutRoute(ctx, "notify-customer", client.RouteInput{Queue: "mail"}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ts.controller.DrainRoute(ctx, "notify-customer", 5)
+		if err != nil || len(res.Delegated) != 1 || res.Delegated[0].SessionID != out.SessionID || res.More {
+			t.Fatalf("drain = %+v, %v", res, err)
+		}
+	})
+}

@@ -158,6 +158,7 @@ var accessMatrix = map[string]routeCase{
 	"GET /api/v1/routes/:step":               {path: "/api/v1/routes/missing-step", want: readAPI(404)},
 	"PUT /api/v1/routes/:step":               {path: "/api/v1/routes/missing-step", want: ctlAPI(422)},
 	"DELETE /api/v1/routes/:step":            {path: "/api/v1/routes/missing-step", want: ctlAPI(404)},
+	"POST /api/v1/routes/:step/drain":        {path: "/api/v1/routes/missing-step/drain", want: ctlAPI(404)},
 }
 
 // matrixEnv is a server with one browser per user role and one token per

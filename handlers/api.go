@@ -55,6 +55,7 @@ func (a *API) Register(g *echo.Group) {
 	g.GET("/routes/:step", a.getRoute, a.auth(readRoles...))
 	g.PUT("/routes/:step", a.putRoute, a.auth(controllerRoles...))
 	g.DELETE("/routes/:step", a.deleteRoute, a.auth(controllerRoles...))
+	g.POST("/routes/:step/drain", a.drainRoute, a.auth(controllerRoles...))
 }
 
 // tokenKey is where auth leaves the caller's token in the echo context.

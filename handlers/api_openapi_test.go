@@ -229,6 +229,7 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"ChildSpec":       models.ChildInput{},
 		"Join":            models.JoinInput{},
 		"RouteRequest":    models.RouteInput{},
+		"DrainRequest":    models.DrainInput{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

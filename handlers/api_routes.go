@@ -85,3 +85,22 @@ func (a *API) deleteRoute(c echo.Context) error {
 	}
 	return c.NoContent(http.StatusNoContent)
 }
+
+// drainRoute serves POST /routes/{step}/drain {"limit":N}: delegates, by
+// the route, the sessions that are open and wait on the step.
+func (a *API) drainRoute(c echo.Context) error {
+	step, err := stepParam(c)
+	if err != nil {
+		return err
+	}
+	var in models.DrainInput
+	key, err := bind(c, &in, func() error { return in.Validate() })
+	if err != nil {
+		return err
+	}
+	res, err := a.Store.DrainRoute(c.Request().Context(), actor(c), key, step, in)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}

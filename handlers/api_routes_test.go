@@ -223,3 +223,49 @@ func TestConsoleStalled(t *testing.T) {
 		}
 	})
 }
+
+// TestAPIDrainRoute: POST /routes/{step}/drain delegates the sessions that
+// stalled before the route existed; bad limits and unknown fields are 422s
+// naming them, a worker is refused, an unknown route is a 404, and nothing
+// is written on any of them.
+func TestAPIDrainRoute(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		e := newAPIEnv(t, s)
+		id, did := storetest.Delegated(ctx, t, s, "refunds")
+		l, err := s.Claim(ctx, "refunds", "w", "test:worker", "")
+		if err != nil || l == nil || l.DelegationID != did {
+			t.Fatal(l, err)
+		}
+		if _, err := s.SubmitResult(ctx, did, "test:worker", "", models.ResultInput{LeaseToken: l.LeaseToken, SessionID: id,
+			Step: l.Step, ResultType: models.ResultCompleted, Output: json.RawMessage(`{}`),
+			Evidence: []models.Evidence{{Claim: "ok"}}, NextStep: "notify-customer"}); err != nil {
+			t.Fatal(err)
+		}
+		noWrites(t, s, func() {
+			wantProblem(t, e.post(e.controller, "/routes/notify-customer/drain", `{}`), http.StatusNotFound)
+			wantProblem(t, e.post(e.worker, "/routes/notify-customer/drain", `{}`), http.StatusForbidden)
+		})
+		wantStatus(t, e.put(e.controller, "/routes/notify-customer", map[string]any{"queue": "mail"}), http.StatusOK)
+		noWrites(t, s, func() {
+			wantFields(t, wantProblem(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 0}`), http.StatusUnprocessableEntity), "limit")
+			wantFields(t, wantProblem(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 501, "queue": "q"}`), http.StatusUnprocessableEntity), "limit", "queue")
+			wantFields(t, wantProblem(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": "x"}`), http.StatusUnprocessableEntity), "limit")
+			wantProblem(t, e.post(e.controller, "/routes/notify-customer/drain", ""), http.StatusBadRequest)
+		})
+		r := wantStatus(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 10}`, "Idempotency-Key", "dr-1"), http.StatusOK)
+		var res models.DrainResult
+		r.Decode(t, &res)
+		if res.Step != "notify-customer" || len(res.Delegated) != 1 || res.Delegated[0].SessionID != id || res.More {
+			t.Fatalf("drain answer %s", r.Body)
+		}
+		again := wantStatus(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 10}`, "Idempotency-Key", "dr-1"), http.StatusOK)
+		if !bytes.Equal(again.Body, r.Body) {
+			t.Fatalf("repeat %s, first %s", again.Body, r.Body)
+		}
+		if row, _ := s.GetSession(ctx, id); row.Status != models.StatusQueued || row.Queue != "mail" {
+			t.Fatalf("drained session = %s on %s", row.Status, row.Queue)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -362,4 +363,122 @@ SELECT queue, 'stalled', count(*), NULL FROM sessions WHERE `+stalledSQL+` GROUP
 		}
 	}
 	return out, nil
+}
+
+// Limits of DrainRoute.
+const (
+	DefaultDrainLimit = 100
+	MaxDrainLimit     = 500
+)
+
+// DrainInput is the body of POST /routes/{step}/drain.
+type DrainInput struct {
+	// Limit is the most sessions to delegate (default DefaultDrainLimit).
+	Limit *int `json:"limit"`
+}
+
+// Validate lists every problem with the input.
+func (in DrainInput) Validate() error {
+	v := &ValidationError{}
+	if in.Limit != nil && (*in.Limit < 1 || *in.Limit > MaxDrainLimit) {
+		v.Add("limit", "must be between 1 and %d", MaxDrainLimit)
+	}
+	return v.Err()
+}
+
+// DrainResult is what DrainRoute did.
+type DrainResult struct {
+	Step string `json:"step"`
+	// Delegated are the sessions delegated to the route's queue.
+	Delegated []DrainedSession `json:"delegated"`
+	// More is true when more sessions wait on the step than limit allowed.
+	More bool `json:"more"`
+}
+
+// DrainedSession is one session DrainRoute delegated.
+type DrainedSession struct {
+	SessionID    string `json:"session_id"`
+	DelegationID string `json:"delegation_id"`
+	StateVersion int64  `json:"state_version"`
+}
+
+// DrainRoute delegates, by the route of step, up to limit sessions that are
+// open and wait on step: sessions that stalled before the route existed, or
+// that an answer or a resume left open. Routing never happens on its own
+// for them (only a completed result routes); this is the explicit action.
+//
+// Each session is its own command under its own lock, by actor, oldest
+// first: a session that moved on since it was found (delegated, cancelled)
+// is left alone. With an idempotency key a repeat answers the first result.
+func (s *Store) DrainRoute(ctx context.Context, actor, idemKey, step string, in DrainInput) (DrainResult, error) {
+	if err := in.Validate(); err != nil {
+		return DrainResult{}, err
+	}
+	limit := intOr(in.Limit, DefaultDrainLimit)
+	fp, err := fingerprintFor(idemKey, "route.drain", step, limit)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	if idemKey != "" {
+		prev, found, err := lookupIdempotency(s.DB.WithContext(ctx), actor, idemKey, fp)
+		if err != nil {
+			return DrainResult{}, err
+		}
+		if found {
+			var r DrainResult
+			return r, prev.DecodeData(&r)
+		}
+	}
+	r, err := s.GetRoute(ctx, step)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	var ids []string
+	if err := s.DB.WithContext(ctx).Model(&Session{}).
+		Where("sessions.status = 'open' AND sessions.next_step <> '' AND sessions.next_step = ?", step).
+		Order("updated_at, id").Limit(limit+1).Pluck("id", &ids).Error; err != nil {
+		return DrainResult{}, fmt.Errorf("drain route %q: %w", step, err)
+	}
+	res := DrainResult{Step: step, Delegated: []DrainedSession{}, More: len(ids) > limit}
+	ids = ids[:min(len(ids), limit)]
+	for _, id := range ids {
+		follow := s.routeFollowUp(r)
+		follow.SessionID, follow.Actor = id, actor
+		follow.Prepare = func(tx *Tx, cur State) (any, error) {
+			if cur.Status != StatusOpen || cur.NextStep != step {
+				return nil, errSkip
+			}
+			return nil, nil
+		}
+		out, err := s.Execute(ctx, *follow)
+		switch {
+		case errors.Is(err, errSkip):
+			continue
+		case err != nil:
+			return res, fmt.Errorf("drain route %q: session %s: %w", step, id, err)
+		}
+		var d DelegationCreated
+		if err := out.DecodeData(&d); err != nil {
+			return res, fmt.Errorf("drain route %q: session %s: %w", step, id, err)
+		}
+		res.Delegated = append(res.Delegated, DrainedSession{SessionID: id, DelegationID: d.DelegationID, StateVersion: out.StateVersion})
+	}
+	if idemKey == "" {
+		return res, nil
+	}
+	// Record the answer under the key; a concurrent drain with the same key
+	// that recorded first wins, and its answer is returned.
+	b, err := json.Marshal(res)
+	if err != nil {
+		return res, err
+	}
+	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(*Tx) (Outcome, error) { return Outcome{Data: b}, nil })
+	if err != nil {
+		return res, err
+	}
+	var first DrainResult
+	if err := out.DecodeData(&first); err != nil {
+		return res, err
+	}
+	return first, nil
 }

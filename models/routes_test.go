@@ -409,3 +409,53 @@ FROM generate_series(1, ?) AS i`, n).Error
 	}
 	explain("queue gauges")
 }
+
+// TestDrainRoute: the explicit action delegates open sessions waiting on a
+// step by its route, oldest first, up to limit, each its own command; other
+// sessions are left alone, a repeat with the same key answers the first
+// result, and a step without a route is a 404.
+func TestDrainRoute(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		stall := func(next string) string {
+			id, _ := storetest.Delegated(ctx, t, s, "refunds")
+			complete(ctx, t, s, "refunds", next)
+			return id
+		}
+		a, b := stall("notify-customer"), stall("notify-customer")
+		other := stall("file-claim")
+		if _, err := s.DrainRoute(ctx, "test:controller", "", "notify-customer", models.DrainInput{Limit: storetest.Ptr(10)}); models.ErrorCode(err) != models.ENOTFOUND {
+			t.Fatalf("drain without a route = %v", err)
+		}
+		if _, err := s.DrainRoute(ctx, "test:controller", "", "notify-customer", models.DrainInput{Limit: storetest.Ptr(0)}); models.ErrorCode(err) != models.EINVALID {
+			t.Fatalf("drain limit 0 = %v", err)
+		}
+		putRoute(ctx, t, s, "notify-customer", "mail")
+
+		first, err := s.DrainRoute(ctx, "test:controller", "drain-1", "notify-customer", models.DrainInput{Limit: storetest.Ptr(1)})
+		if err != nil || len(first.Delegated) != 1 || first.Delegated[0].SessionID != a || !first.More {
+			t.Fatalf("first drain = %+v, %v", first, err)
+		}
+		again, err := s.DrainRoute(ctx, "test:controller", "drain-1", "notify-customer", models.DrainInput{Limit: storetest.Ptr(1)})
+		if err != nil || len(again.Delegated) != 1 || again.Delegated[0] != first.Delegated[0] {
+			t.Fatalf("repeated drain = %+v, %v; first %+v", again, err, first)
+		}
+		second, err := s.DrainRoute(ctx, "test:controller", "", "notify-customer", models.DrainInput{Limit: storetest.Ptr(10)})
+		if err != nil || len(second.Delegated) != 1 || second.Delegated[0].SessionID != b || second.More {
+			t.Fatalf("second drain = %+v, %v", second, err)
+		}
+		for _, id := range []string{a, b} {
+			row, _ := s.GetSession(ctx, id)
+			evs, _ := s.ListEvents(ctx, id, row.StateVersion-1, 1)
+			if row.Status != models.StatusQueued || row.Queue != "mail" || len(evs) != 1 || evs[0].Actor != "test:controller" {
+				t.Fatalf("drained %s = %s on %s, last event %+v", id, row.Status, row.Queue, evs)
+			}
+		}
+		if row, _ := s.GetSession(ctx, other); row.Status != models.StatusOpen {
+			t.Fatalf("a session on another step was drained: %s", row.Status)
+		}
+		if l, err := s.Claim(ctx, "mail", "w", "test:worker", ""); err != nil || l == nil || l.SessionID != a {
+			t.Fatalf("claim of a drained delegation = %+v, %v", l, err)
+		}
+	})
+}
