@@ -214,6 +214,10 @@ func TestConsoleStalled(t *testing.T) {
 		if _, err := s.DeleteRoute(ctx, "test:controller", "", "notify-customer"); err != nil {
 			t.Fatal(err)
 		}
+		// Route changes are in the admin log.
+		if log := squash(b.get("/console/admin/audit").Doc(t).Find("main")); !strings.Contains(log, "route.put") || !strings.Contains(log, "route.delete") {
+			t.Fatalf("admin log does not show the route changes: %s", log)
+		}
 		m := b.get("/console/admin/metrics").Doc(t)
 		if got := squash(m.Find(`[data-testid="stalled-value"]`)); got != "1" {
 			t.Fatalf("metrics page stalled = %q", got)

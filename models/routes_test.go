@@ -459,3 +459,39 @@ func TestDrainRoute(t *testing.T) {
 		}
 	})
 }
+
+// TestAnsweredSessionStallsUnlessDelegated: an answer that leaves the
+// session open with the worker's next_step does not route (only a
+// completed result does): without a route the session is stalled, with one
+// it waits for DrainRoute.
+func TestAnsweredSessionStallsUnlessDelegated(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		id, did := storetest.Delegated(ctx, t, s, "accounts")
+		l, err := s.Claim(ctx, "accounts", "w", "test:worker", "")
+		if err != nil || l == nil || l.DelegationID != did {
+			t.Fatal(l, err)
+		}
+		out, err := s.SubmitResult(ctx, did, "test:worker", "", models.ResultInput{LeaseToken: l.LeaseToken, SessionID: id, Step: l.Step,
+			ResultType: models.ResultNeedsInput, NextStep: "verify-identity", Question: "Which e-mail did the customer sign up with?"})
+		if err != nil || out.Status != models.StatusAwaitingInput {
+			t.Fatalf("needs_input = %+v, %v", out, err)
+		}
+		v := out.StateVersion
+		if out, err = s.ProvideInput(ctx, id, "test:controller", "", models.InputInput{ExpectedVersion: &v, Answer: "k.meyer@example.com"}); err != nil || out.Status != models.StatusOpen {
+			t.Fatalf("answer = %+v, %v", out, err)
+		}
+		row, _ := s.GetSession(ctx, id)
+		if step, err := s.StalledStep(ctx, row); err != nil || step != "verify-identity" {
+			t.Fatalf("answered session stalled on %q, %v", step, err)
+		}
+		putRoute(ctx, t, s, "verify-identity", "accounts")
+		if row, _ := s.GetSession(ctx, id); row.Status != models.StatusOpen {
+			t.Fatalf("a route delegated an answered session on its own: %s", row.Status)
+		}
+		res, err := s.DrainRoute(ctx, "test:controller", "", "verify-identity", models.DrainInput{})
+		if err != nil || len(res.Delegated) != 1 {
+			t.Fatalf("drain = %+v, %v", res, err)
+		}
+	})
+}
