@@ -160,6 +160,11 @@ var accessMatrix = map[string]routeCase{
 	"POST /api/v1/queues/:queue/lease":       {path: "/api/v1/queues/refunds/lease", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/heartbeat": {path: "/api/v1/delegations/dlg_missing/heartbeat", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/result":    {path: "/api/v1/delegations/dlg_missing/result", want: workAPI(422)},
+	"GET /api/v1/routes":                     {want: readAPI(200)},
+	"GET /api/v1/routes/:step":               {path: "/api/v1/routes/missing-step", want: readAPI(404)},
+	"PUT /api/v1/routes/:step":               {path: "/api/v1/routes/missing-step", want: ctlAPI(422)},
+	"DELETE /api/v1/routes/:step":            {path: "/api/v1/routes/missing-step", want: ctlAPI(404)},
+	"POST /api/v1/routes/:step/drain":        {path: "/api/v1/routes/missing-step/drain", want: ctlAPI(404)},
 }
 
 // matrixEnv is a server with one browser per user role and one token per
@@ -206,12 +211,12 @@ func newMatrixEnv(t *testing.T, s *models.Store) *matrixEnv {
 
 // call sends one request as c and returns the status. Browsers post forms
 // with their CSRF token unless noCSRF; token callers send Bearer and, on
-// the API, an empty JSON object.
+// the API, an empty JSON object with a POST or PUT.
 func (m *matrixEnv) call(c caller, method, path string, noCSRF bool) int {
 	m.t.Helper()
 	var body io.Reader
 	ctype := ""
-	if method == http.MethodPost {
+	if method == http.MethodPost || method == http.MethodPut {
 		if strings.HasPrefix(path, "/api/") {
 			body, ctype = strings.NewReader(`{}`), "application/json"
 		} else {

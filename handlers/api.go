@@ -55,6 +55,13 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
+
+	// Step routes (models/routes.go).
+	g.GET("/routes", a.listRoutes, a.auth(readRoles...))
+	g.GET("/routes/:step", a.getRoute, a.auth(readRoles...))
+	g.PUT("/routes/:step", a.putRoute, a.auth(controllerRoles...))
+	g.DELETE("/routes/:step", a.deleteRoute, a.auth(controllerRoles...))
+	g.POST("/routes/:step/drain", a.drainRoute, a.auth(controllerRoles...))
 }
 
 // tokenKey is where auth leaves the caller's token in the echo context.

@@ -16,7 +16,7 @@ import (
 // listSessionsParams are the query parameters of GET /sessions. Any other is
 // a 422 naming it, so that a misspelt filter cannot silently list everything.
 // A new filter adds its name here and its field in bindSessionQuery.
-var listSessionsParams = []string{"status", "queue", "ticket_ref", "parent_id", "q", "updated_after", "limit", "cursor"}
+var listSessionsParams = []string{"status", "queue", "ticket_ref", "parent_id", "q", "updated_after", "limit", "cursor", "stalled"}
 
 // sessionListItem is one session of a listing, without its state.
 type sessionListItem struct {
@@ -97,6 +97,13 @@ func bindSessionQuery(c echo.Context) (models.SessionQuery, error) {
 				q.Statuses = append(q.Statuses, models.Status(st))
 			}
 		}
+	}
+	switch st := strings.TrimSpace(c.QueryParam("stalled")); st {
+	case "", "false", "0":
+	case "true", "1":
+		q.Stalled = true
+	default:
+		v.Add("stalled", "must be true or false")
 	}
 	if s := strings.TrimSpace(c.QueryParam("updated_after")); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)

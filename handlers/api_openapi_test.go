@@ -233,6 +233,8 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"InputDelegate": models.InputDelegate{},
 		"Usage":         models.Usage{},
 		"NoteRequest":   models.NoteRequest{},
+		"RouteRequest":  models.RouteInput{},
+		"DrainRequest":  models.DrainInput{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

@@ -26,6 +26,8 @@ type MetricsResponse struct {
 	To      time.Time                   `json:"to"`
 	Overall models.MetricSet            `json:"overall"`
 	Queues  map[string]models.MetricSet `json:"queues"`
+	// Stalled counts the sessions stalled now, whatever the window.
+	Stalled models.StalledStats `json:"stalled"`
 }
 
 // MetricsWindow turns the window and queue query parameters into
@@ -64,7 +66,7 @@ func ProductMetrics(s *models.Store) echo.HandlerFunc {
 			return err
 		}
 		return c.JSON(http.StatusOK, MetricsResponse{
-			Window: window, From: pm.From, To: pm.To, Overall: pm.Overall, Queues: pm.Queues,
+			Window: window, From: pm.From, To: pm.To, Overall: pm.Overall, Queues: pm.Queues, Stalled: pm.Stalled,
 		})
 	}
 }

@@ -16,10 +16,11 @@ import (
 const SessionsPageSize = 50
 
 // SessionsPage serves GET /console/sessions: sessions most recently updated
-// first, filtered by ?status= and ?ticket= (exact ticket_ref), searched by
-// ?q= (words of goal, ticket and notes), paged by the ?after= cursor. It
-// lists through models.ListSessions, the function behind GET /api/v1/sessions,
-// so the console and the API find the same sessions.
+// first, filtered by ?status= and ?ticket= (exact ticket_ref), or only the
+// stalled ones with ?stalled=1, searched by ?q= (words of goal, ticket and
+// notes), paged by the ?after= cursor. It lists through models.ListSessions,
+// the function behind GET /api/v1/sessions, so the console and the API find
+// the same sessions.
 func SessionsPage(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		d := views.SessionsData{
@@ -31,7 +32,15 @@ func SessionsPage(s *models.Store) echo.HandlerFunc {
 		if d.Status != "" && !d.Status.Valid() {
 			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Unknown status %q.", d.Status))
 		}
-		q := models.SessionQuery{TicketRef: d.Ticket, Q: d.Q, Cursor: d.After, Limit: SessionsPageSize}
+		switch st := c.QueryParam("stalled"); st {
+		case "", "0", "false":
+		case "1", "true":
+			// Stalled sessions are open by definition.
+			d.Stalled, d.Status = true, ""
+		default:
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("stalled must be 1 or 0, not %q.", st))
+		}
+		q := models.SessionQuery{TicketRef: d.Ticket, Q: d.Q, Cursor: d.After, Limit: SessionsPageSize, Stalled: d.Stalled}
 		if d.Status != "" {
 			q.Statuses = []models.Status{d.Status}
 		}
@@ -51,6 +60,11 @@ func SessionsPage(s *models.Store) echo.HandlerFunc {
 		if d.Counts, err = s.CountByStatus(ctx); err != nil {
 			return fmt.Errorf("sessions page: %w", err)
 		}
+		stalled, err := s.StalledStats(ctx)
+		if err != nil {
+			return fmt.Errorf("sessions page: %w", err)
+		}
+		d.StalledCount = stalled.Sessions
 		return Render(c, status, views.SessionsPage(d))
 	}
 }

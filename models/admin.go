@@ -30,6 +30,8 @@ const (
 	AdminVerifyFinish  = "verify.finish"
 	AdminAuditExport   = "audit.export"
 	AdminTranscript    = "audit.transcript"
+	AdminRoutePut      = "route.put"
+	AdminRouteDelete   = "route.delete"
 	adminAuditMaxLimit = 200
 )
 
@@ -51,6 +53,19 @@ func (AdminAudit) TableName() string { return "admin_audit" }
 
 // recordAdmin appends an admin audit row in tx.
 func (s *Store) recordAdmin(tx *gorm.DB, actor, action, kind, id string, before, after any) error {
+	row, err := s.adminAuditRow(actor, action, kind, id, before, after)
+	if err != nil {
+		return err
+	}
+	if err := tx.Create(&row).Error; err != nil {
+		return fmt.Errorf("admin audit %s: %w", action, err)
+	}
+	return nil
+}
+
+// adminAuditRow builds an admin audit row, for recordAdmin and for changes
+// written through the write path's Tx (step routes).
+func (s *Store) adminAuditRow(actor, action, kind, id string, before, after any) (AdminAudit, error) {
 	enc := func(v any) (*string, error) {
 		if v == nil {
 			return nil, nil
@@ -65,15 +80,12 @@ func (s *Store) recordAdmin(tx *gorm.DB, actor, action, kind, id string, before,
 	row := AdminAudit{ID: NewID("adm"), Actor: actor, Action: action, TargetKind: kind, TargetID: id, CreatedAt: NewUTCTime(s.now())}
 	var err error
 	if row.Before, err = enc(before); err != nil {
-		return fmt.Errorf("admin audit %s: %w", action, err)
+		return AdminAudit{}, fmt.Errorf("admin audit %s: %w", action, err)
 	}
 	if row.After, err = enc(after); err != nil {
-		return fmt.Errorf("admin audit %s: %w", action, err)
+		return AdminAudit{}, fmt.Errorf("admin audit %s: %w", action, err)
 	}
-	if err := tx.Create(&row).Error; err != nil {
-		return fmt.Errorf("admin audit %s: %w", action, err)
-	}
-	return nil
+	return row, nil
 }
 
 // RecordAdminAction records an admin action that changes nothing in the

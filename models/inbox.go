@@ -600,6 +600,9 @@ type SessionDetail struct {
 	// SLA is the escalation's SLA clock while the session is in human
 	// hands; zero otherwise.
 	SLA SLAClock
+	// StalledOn is the step the session is stalled on (open, and its
+	// next_step has no route), or "".
+	StalledOn string
 }
 
 // ClaimedAt is when the current holder claimed the session (zero when nobody
@@ -672,6 +675,9 @@ func (s *Store) GetSessionDetail(ctx context.Context, id string) (SessionDetail,
 	}
 	if row.EscalatedAt.Valid && inHumanHands(row.Status) {
 		d.SLA = s.SLAClock(row.Priority, row.EscalatedAt.Time.Time)
+	}
+	if d.StalledOn, err = s.StalledStep(ctx, row); err != nil {
+		return SessionDetail{}, err
 	}
 	return d, nil
 }

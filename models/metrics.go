@@ -56,6 +56,9 @@ type ProductMetrics struct {
 	// SLA is where the escalations in human hands stand now (not windowed):
 	// within SLA, near breach, breached, and breach events recorded.
 	SLA SLAStats `json:"sla"`
+	// Stalled counts the sessions stalled now (not windowed): open with a
+	// next_step that has no route (models/routes.go).
+	Stalled StalledStats `json:"stalled"`
 }
 
 // MetricSet is the five metrics for the whole system or one queue.
@@ -362,6 +365,9 @@ func (s *Store) ProductMetrics(ctx context.Context, o MetricsOpts) (ProductMetri
 		return ProductMetrics{}, fmt.Errorf("metrics: %w", err)
 	}
 	pm.SLA = sla
+	if pm.Stalled, err = s.StalledStats(ctx); err != nil {
+		return ProductMetrics{}, fmt.Errorf("metrics: %w", err)
+	}
 	return pm, nil
 }
 

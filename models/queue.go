@@ -535,7 +535,14 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 	var (
 		d       Delegation
 		retryAt time.Time
+		// route is the route of a completed result's next_step, read in the
+		// lock's batch: routing adds a statement but no round trip.
+		route []Route
 	)
+	next := ""
+	if in.ResultType == ResultCompleted {
+		next = routeStep(in.NextStep)
+	}
 	return s.Execute(ctx, Command{
 		SessionID: in.SessionID, Type: resultEvents[in.ResultType], Actor: actor,
 		IdempotencyKey: idemKey, Fingerprint: fp,
@@ -547,6 +554,10 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 			var dels []Delegation
 			selectLater(tx, &sessions, `SELECT * FROM sessions WHERE id = (SELECT session_id FROM delegations WHERE id = ?)`+s.forUpdate(), delegationID)
 			selectLater(tx, &dels, `SELECT * FROM delegations WHERE id = ?`+s.forUpdate(), delegationID)
+			route = nil
+			if next != "" {
+				selectLater(tx, &route, `SELECT * FROM routes WHERE step = ?`, next)
+			}
 			if err := tx.flush(); err != nil {
 				return Session{}, fmt.Errorf("delegation %s: %w", delegationID, err)
 			}
@@ -607,6 +618,14 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 					ev.CreatedAt, delegationID)
 			}
 			return nil, nil
+		},
+		// A completed result whose next_step has a route is delegated on in
+		// the same transaction, as RouterActor (models/routes.go).
+		Then: func(tx *Tx, st State, ev Event) (*Command, error) {
+			if len(route) == 0 || st.Status != StatusOpen {
+				return nil, nil
+			}
+			return s.routeFollowUp(route[0]), nil
 		},
 	})
 }

@@ -63,4 +63,27 @@ func TestLifecycleRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+
+	// A completed result whose next_step has a route: the route is read in
+	// the lock's batch and the routed delegation (its event and row) is
+	// queued with the result's writes, so routing costs two statements and
+	// no round trip.
+	if _, err := s.PutRoute(ctx, "test:controller", "", "issue-refund", models.RouteInput{Queue: "rt-queue-2"}); err != nil {
+		t.Fatal(err)
+	}
+	sid2, _ := storetest.Delegated(ctx, t, s, "rt-queue")
+	lease, err := s.Claim(ctx, "rt-queue", "w-1", "test:worker", "")
+	if err != nil || lease == nil || lease.SessionID != sid2 {
+		t.Fatalf("claim = %v, %v", lease, err)
+	}
+	measure("routed result", 2, 10, func() {
+		out, err := s.SubmitResult(ctx, lease.DelegationID, "test:worker", "rt-routed", models.ResultInput{
+			LeaseToken: lease.LeaseToken, SessionID: sid2, Step: lease.Step, ResultType: models.ResultCompleted,
+			Output: json.RawMessage(`{"eligible": true}`), Evidence: []models.Evidence{{Claim: "order paid"}},
+			NextStep: "issue-refund",
+		})
+		if err != nil || out.Status != models.StatusQueued {
+			t.Fatalf("routed result = %+v, %v", out, err)
+		}
+	})
 }

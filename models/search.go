@@ -43,6 +43,9 @@ type SessionQuery struct {
 	Limit int
 	// Cursor continues from a previous page (SessionPage.NextCursor).
 	Cursor string
+	// Stalled keeps only stalled sessions: open, with a next step that has
+	// no route (see Stalled in routes.go).
+	Stalled bool
 }
 
 // SessionSummary is one session of a listing: projection columns only, never
@@ -58,8 +61,11 @@ type SessionSummary struct {
 	Queue        string
 	CurrentStep  string
 	Assignee     string
-	CreatedAt    UTCTime
-	UpdatedAt    UTCTime
+	// NextStep is the step an open session waits for (stalled when it has
+	// no route).
+	NextStep  string
+	CreatedAt UTCTime
+	UpdatedAt UTCTime
 }
 
 // SessionPage is one page of a listing, newest updated_at first.
@@ -128,7 +134,7 @@ func statusList() string {
 	return strings.Join(names, ", ")
 }
 
-const sessionSummaryColumns = "id, parent_id, ticket_ref, goal, status, priority, state_version, queue, current_step, assignee, created_at, updated_at"
+const sessionSummaryColumns = "id, parent_id, ticket_ref, goal, status, priority, state_version, queue, current_step, assignee, next_step, created_at, updated_at"
 
 // ListSessions returns one page of sessions matching q, most recently
 // updated first (ties broken by id), and the cursor of the next page.
@@ -239,6 +245,9 @@ func (s *Store) sessionFilterSQL(q SessionQuery) (string, []any) {
 		m, a := s.searchMatch(phrases)
 		b.WriteString(" AND " + m)
 		args = append(args, a...)
+	}
+	if q.Stalled {
+		b.WriteString(" AND " + stalledSQL)
 	}
 	return b.String(), args
 }

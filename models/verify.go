@@ -157,7 +157,7 @@ func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Proble
 		add(lastSeq, ProblemProjection, "last_hash column does not match the last event's hash")
 	case row.CurrentStep != proj.CurrentStep || row.Assignee != proj.Assignee || row.Priority != proj.Priority ||
 		row.TicketRef != proj.TicketRef || row.Goal != proj.Goal || row.Queue != proj.Queue ||
-		row.SearchNotes != proj.SearchNotes || row.ReasonCode != proj.ReasonCode:
+		row.SearchNotes != proj.SearchNotes || row.ReasonCode != proj.ReasonCode || row.NextStep != proj.NextStep:
 		add(lastSeq, ProblemProjection, "projection columns differ from the replayed state")
 	}
 	return count, probs, nil

@@ -43,6 +43,10 @@ type Session struct {
 	// ReasonCode is the code of the session's escalation (State.Escalation),
 	// empty when it has none, for the inbox filter.
 	ReasonCode ReasonCode
+	// NextStep is the state's next_step: with status open it names the step
+	// the session waits for, and without a route for it the session is
+	// stalled (models/routes.go).
+	NextStep string
 }
 
 // TableName pins the table name for GORM.
@@ -439,7 +443,7 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goal = ?, status = ?, priority = ?,
 	state_version = ?, current_step = ?, queue = ?, assignee = ?, state = ?, last_hash = ?,
 	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?, search_notes = ?, input_requested_at = ?,
-	reason_code = ?
+	reason_code = ?, next_step = ?
 	WHERE id = ? AND state_version = ?`
 
 const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at)`
@@ -471,11 +475,11 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 	if creates {
 		args = []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
 			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
-			p.InputRequestedAt, p.ReasonCode}
+			p.InputRequestedAt, p.ReasonCode, p.NextStep}
 	} else {
 		args = []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
 			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
-			p.InputRequestedAt, p.ReasonCode, p.ID, before}
+			p.InputRequestedAt, p.ReasonCode, p.NextStep, p.ID, before}
 	}
 	if s.Dialect == Postgres {
 		q := updateSessionWithEvent
@@ -501,8 +505,8 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 var (
 	insertSession = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
 	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at,
-	search_notes, input_requested_at, reason_code)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	search_notes, input_requested_at, reason_code, next_step)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
@@ -518,7 +522,7 @@ func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
 	p := Session{
 		ID: st.SessionID, TicketRef: st.TicketRef, Goal: st.Goal, Status: st.Status,
 		Priority: st.Priority, StateVersion: st.Version, CurrentStep: st.CurrentStep,
-		Assignee: st.Assignee, State: stateJSON, LastHash: lastHash, UpdatedAt: now,
+		Assignee: st.Assignee, State: stateJSON, LastHash: lastHash, UpdatedAt: now, NextStep: st.NextStep,
 		SearchNotes: searchNotes(st),
 	}
 	if st.ParentID != "" {

@@ -116,6 +116,7 @@ func newMetrics(s *models.Store) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.httpRequests, m.httpDuration, m.events, m.leases, m.results,
 		m.rejections, m.escalations, m.recovery,
+		&queueCollector{store: s, log: log},
 	)
 	for _, r := range []string{models.RejectStale, models.RejectFenced, models.RejectDuplicate} {
 		m.rejections.WithLabelValues(r) // show conflicts as 0 before the first one
@@ -264,4 +265,62 @@ func (m *metrics) flush(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	return fmt.Errorf("record %d write rejection counters: %w", len(batch), err)
+}
+
+// queueGaugeTimeout bounds the scrape's one query.
+const queueGaugeTimeout = 5 * time.Second
+
+var (
+	queueReadyDesc = prometheus.NewDesc("taskpilots_queue_ready",
+		"Delegations claimable now, per queue (ready depth).", []string{"queue"}, nil)
+	queueInFlightDesc = prometheus.NewDesc("taskpilots_queue_in_flight",
+		"Leased delegations, per queue.", []string{"queue"}, nil)
+	queueOldestDesc = prometheus.NewDesc("taskpilots_queue_oldest_ready_age_seconds",
+		"Age of the longest waiting claimable delegation, per queue (0 when none is ready).", []string{"queue"}, nil)
+	queueStalledDesc = prometheus.NewDesc("taskpilots_queue_stalled_sessions",
+		"Sessions open with a next_step that has no route, by the queue they were last delegated to (the queue whose worker named the step).", []string{"queue"}, nil)
+)
+
+// queueCollector reports the per-queue gauges. They are read from the
+// database when Prometheus scrapes, in one statement over partial indexes
+// (models.QueueGauges), never on the request path, and agree across
+// replicas because no replica keeps them in memory. Stalled sessions are
+// labelled by their last queue: a stalled session has no queue of its own,
+// and step names, which workers choose, would make unbounded series.
+type queueCollector struct {
+	store *models.Store
+	log   *slog.Logger
+}
+
+// Describe implements prometheus.Collector.
+func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueReadyDesc
+	ch <- queueInFlightDesc
+	ch <- queueOldestDesc
+	ch <- queueStalledDesc
+}
+
+// Collect implements prometheus.Collector. When the database does not
+// answer, the gauges are reported as failed and the rest of /metrics is
+// still served (promhttp.ContinueOnError).
+func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), queueGaugeTimeout)
+	defer cancel()
+	gauges, err := q.store.QueueGauges(ctx)
+	if err != nil {
+		q.log.Warn("queue gauges", "err", err)
+		ch <- prometheus.NewInvalidMetric(queueReadyDesc, err)
+		return
+	}
+	now := q.store.Now()
+	for _, g := range gauges {
+		age := 0.0
+		if g.Ready > 0 && !g.OldestReady.IsZero() {
+			age = max(0, now.Sub(g.OldestReady).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(queueReadyDesc, prometheus.GaugeValue, float64(g.Ready), g.Queue)
+		ch <- prometheus.MustNewConstMetric(queueInFlightDesc, prometheus.GaugeValue, float64(g.InFlight), g.Queue)
+		ch <- prometheus.MustNewConstMetric(queueOldestDesc, prometheus.GaugeValue, age, g.Queue)
+		ch <- prometheus.MustNewConstMetric(queueStalledDesc, prometheus.GaugeValue, float64(g.Stalled), g.Queue)
+	}
 }

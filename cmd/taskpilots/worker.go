@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/taskpilots/handoff/client"
+	"github.com/taskpilots/handoff/models/demo"
 )
 
 func init() {
@@ -24,8 +25,9 @@ func init() {
 	}
 }
 
-// DemoQueues are the queues the demo data delegates to.
-var DemoQueues = []string{"refunds", "shipping", "accounts", "billing"}
+// DemoQueues are the queues the demo data delegates to, directly or through
+// its step routes (demo.Routes).
+var DemoQueues = demo.Queues
 
 // RefundThreshold is the refund amount (EUR) above which the demo worker
 // escalates to a human instead of deciding.
@@ -60,9 +62,11 @@ func workerFlags(env *cliEnv, args []string) (workerOpts, error) {
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots worker --url URL --token TOKEN [--queue Q[,Q2…]] [flags]\n\n"+
 			"Works the demo queues with simple rules: completes most delegations with\n"+
-			"evidence, asks for input when a needed fact is missing, escalates refunds\n"+
-			"above 200 EUR, and fails transiently now and then. Ctrl-C stops leasing and\n"+
-			"lets in-flight work finish.\n\nflags:")
+			"evidence and a next step that the demo's step routes delegate on\n"+
+			"(check-eligibility → issue-refund → notify-customer), asks for input when a\n"+
+			"needed fact is missing, escalates refunds above 200 EUR, and fails\n"+
+			"transiently now and then. Ctrl-C stops leasing and lets in-flight work\n"+
+			"finish.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -175,6 +179,17 @@ func queueOf(l *client.Lease) string {
 	return "general"
 }
 
+// The demo steps the worker names as next_step; the demo seeds a route for
+// each (demo.Routes), so a session flows on without a controller:
+// check-eligibility → issue-refund → notify-customer, and every other
+// completed step → notify-customer. A notification ends the session.
+const (
+	stepCheckEligibility = "check-eligibility"
+	stepIssueRefund      = "issue-refund"
+	stepNotifyCustomer   = "notify-customer"
+	queueNotifications   = "notifications"
+)
+
 // decide applies the demo rules. An empty ResultType means "fail
 // transiently" with the returned reason.
 func decide(l *client.Lease, queue string, r *rand.Rand, failRate float64) (client.ResultInput, string) {
@@ -184,6 +199,12 @@ func decide(l *client.Lease, queue string, r *rand.Rand, failRate float64) (clie
 	}
 	evidence := evidenceFrom(p)
 	switch queue {
+	case queueNotifications:
+		return client.ResultInput{
+			ResultType: client.ResultCompleted,
+			Evidence:   append(evidence, client.Evidence{Claim: "customer notified about " + truncate(p.Goal, 80), Source: "mailer:outbox"}),
+			Output:     map[string]any{"notified": true, "channel": "email"},
+		}, "customer notified; the session is done"
 	case "refunds":
 		amount, src, ok := refundAmount(p.ConfirmedFacts)
 		if !ok {
@@ -192,7 +213,8 @@ func decide(l *client.Lease, queue string, r *rand.Rand, failRate float64) (clie
 				NextStep: l.Step, Output: map[string]any{"missing": []string{"order_total"}},
 			}, "no refund amount among the confirmed facts"
 		}
-		if amount > RefundThreshold {
+		_, approved := firstFact(p.ConfirmedFacts, "approved_amount", "approved_by_human")
+		if amount > RefundThreshold && !approved {
 			return client.ResultInput{
 				ResultType:  client.ResultEscalated,
 				Question:    fmt.Sprintf("Approve a refund of %.2f EUR? It is above the %.0f EUR limit for automatic refunds.", amount, RefundThreshold),
@@ -203,12 +225,20 @@ func decide(l *client.Lease, queue string, r *rand.Rand, failRate float64) (clie
 				Output:      map[string]any{"amount_eur": amount, "eligible": "needs approval"},
 			}, "refund above threshold"
 		}
+		if l.Step == stepCheckEligibility {
+			return client.ResultInput{
+				ResultType: client.ResultCompleted, NextStep: stepIssueRefund,
+				Evidence:    append(evidence, client.Evidence{Claim: fmt.Sprintf("refund amount %.2f EUR is within the automatic limit or approved", amount), Source: src}),
+				Uncertainty: &client.Uncertainty{Level: 0.1},
+				Output:      map[string]any{"eligible": true, "amount_eur": amount},
+			}, "eligible; the route delegates the refund"
+		}
 		return client.ResultInput{
-			ResultType: client.ResultCompleted, NextStep: "notify-customer",
-			Evidence:    append(evidence, client.Evidence{Claim: fmt.Sprintf("refund amount %.2f EUR is within the automatic limit", amount), Source: src}),
+			ResultType: client.ResultCompleted, NextStep: stepNotifyCustomer,
+			Evidence:    append(evidence, client.Evidence{Claim: fmt.Sprintf("refunded %.2f EUR", amount), Source: src}),
 			Uncertainty: &client.Uncertainty{Level: 0.1},
-			Output:      map[string]any{"eligible": true, "refunded_eur": amount},
-		}, "refund within the limit"
+			Output:      map[string]any{"refunded_eur": amount},
+		}, "refunded; the route notifies the customer"
 	case "shipping":
 		if _, ok := firstFact(p.ConfirmedFacts, "address", "shipping_address", "tracking", "tracking_number", "carrier"); !ok && r.Float64() < 0.5 {
 			return client.ResultInput{
@@ -231,10 +261,10 @@ func decide(l *client.Lease, queue string, r *rand.Rand, failRate float64) (clie
 		}, "spot check: confirm with the customer"
 	}
 	return client.ResultInput{
-		ResultType: client.ResultCompleted, Evidence: evidence,
+		ResultType: client.ResultCompleted, Evidence: evidence, NextStep: stepNotifyCustomer,
 		Uncertainty: &client.Uncertainty{Level: 0.15, Notes: "demo worker rules"},
 		Output:      map[string]any{"done": l.Step, "queue": queue},
-	}, "routine " + queue + " step"
+	}, "routine " + queue + " step; the route notifies the customer"
 }
 
 // evidenceFrom cites the packet's resources and confirmed facts.

@@ -2,10 +2,12 @@ package main
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/taskpilots/handoff/client"
+	"github.com/taskpilots/handoff/models/demo"
 )
 
 func demoLease(queue string, facts map[string]any) *client.Lease {
@@ -72,5 +74,49 @@ func TestDemoDiceAreReproducible(t *testing.T) {
 	l.Attempt = 2
 	if c := d.dice(l).Float64(); a != b || a == c {
 		t.Fatalf("dice: %v %v %v; want the same per attempt and different across attempts", a, b, c)
+	}
+}
+
+// TestDemoRulesFollowRoutes: every next_step the demo worker completes with
+// has a demo route, so demo sessions flow from step to step
+// (check-eligibility → issue-refund → notify-customer) instead of stalling,
+// and a notification ends the session. Every queue a demo route targets is
+// one the worker works.
+func TestDemoRulesFollowRoutes(t *testing.T) {
+	t.Parallel()
+	lease := func(queue, step string, facts map[string]any) *client.Lease {
+		l := demoLease(queue, facts)
+		l.Step = step
+		return l
+	}
+	cases := []struct {
+		queue, step string
+		facts       map[string]any
+		next        string
+	}{
+		{"refunds", "check-eligibility", map[string]any{"order_total": "45 EUR"}, "issue-refund"},
+		{"refunds", "issue-refund", map[string]any{"order_total": "45 EUR"}, "notify-customer"},
+		{"refunds", "issue-refund", map[string]any{"order_total": "260 EUR", "approved_amount": "260 EUR"}, "notify-customer"},
+		{"refunds", "refund-balance", map[string]any{"amount": "37.50 EUR"}, "notify-customer"},
+		{"billing", "correct-invoice", map[string]any{"invoice": "INV-7"}, "notify-customer"},
+		{"notifications", "notify-customer", nil, ""},
+	}
+	for _, c := range cases {
+		in, why := decide(lease(c.queue, c.step, c.facts), c.queue, noDice(), 0)
+		if in.ResultType != client.ResultCompleted || in.NextStep != c.next {
+			t.Errorf("%s/%s: %s next %q (%s); want completed next %q", c.queue, c.step, in.ResultType, in.NextStep, why, c.next)
+			continue
+		}
+		if _, ok := demo.Routes[in.NextStep]; in.NextStep != "" && !ok {
+			t.Errorf("%s/%s: next step %q has no demo route", c.queue, c.step, in.NextStep)
+		}
+	}
+	for step, r := range demo.Routes {
+		if !slices.Contains(DemoQueues, r.Queue) {
+			t.Errorf("demo route %s goes to %s, which the demo worker does not work", step, r.Queue)
+		}
+	}
+	if _, ok := demo.Routes[demo.UnroutedStep]; ok {
+		t.Errorf("the deliberately unrouted step %s has a route", demo.UnroutedStep)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -30,9 +31,26 @@ const (
 	Password      = "demo-password-1"
 )
 
-// Queues are the queues the demo sessions delegate to; the demo worker
-// (`taskpilots worker`) works them.
-var Queues = []string{"refunds", "shipping", "accounts", "billing"}
+// Queues are the queues the demo sessions delegate to, directly or through
+// Routes; the demo worker (`taskpilots worker`) works them.
+var Queues = []string{"refunds", "shipping", "accounts", "billing", "notifications"}
+
+// Routes are the demo's step routes: a worker's completed result naming one
+// of these steps is delegated on at once (check-eligibility →
+// issue-refund → notify-customer). UnroutedStep deliberately has none, so
+// the console's Stalled view has something to show.
+var Routes = map[string]models.RouteInput{
+	"issue-refund": {Queue: "refunds",
+		Instructions: "Refund the approved amount to the original payment method."},
+	"notify-customer": {Queue: "notifications",
+		Instructions: "Tell the customer in plain words what was done and what happens next."},
+	"issue-credit-note": {Queue: "billing",
+		Instructions: "Issue the credit note the review approved."},
+}
+
+// UnroutedStep is a step the demo names without a route: the claims team
+// files carrier claims by hand, so sessions wait on it (stalled).
+const UnroutedStep = "file-carrier-claim"
 
 // Actors of the demo's API writes, as API tokens appear in events.
 const (
@@ -69,11 +87,37 @@ func Seed(ctx context.Context, s *models.Store) (int, error) {
 	if _, err = demoUser(ctx, s, ReviewerEmail, "Riley Reviewer", models.RoleReviewer); err != nil {
 		return 0, err
 	}
+	if err := seedRoutes(ctx, s); err != nil {
+		return 0, err
+	}
 	d.play()
 	if d.err != nil {
 		return d.created, fmt.Errorf("demo: %w", d.err)
 	}
 	return d.created, nil
+}
+
+// seedRoutes creates the demo routes that do not exist yet; a route an
+// operator made is kept as it is.
+func seedRoutes(ctx context.Context, s *models.Store) error {
+	steps := make([]string, 0, len(Routes))
+	for st := range Routes {
+		steps = append(steps, st)
+	}
+	sort.Strings(steps)
+	for _, st := range steps {
+		_, err := s.GetRoute(ctx, st)
+		if err == nil {
+			continue
+		}
+		if models.ErrorCode(err) != models.ENOTFOUND {
+			return fmt.Errorf("demo: route %s: %w", st, err)
+		}
+		if _, err := s.PutRoute(ctx, controller, "", st, Routes[st]); err != nil {
+			return fmt.Errorf("demo: route %s: %w", st, err)
+		}
+	}
+	return nil
 }
 
 // demoUser returns the demo user with this email, creating it if needed.
@@ -230,6 +274,21 @@ func (st *story) result(in models.ResultInput) *story {
 	in.LeaseToken, in.SessionID, in.Step = st.lease.LeaseToken, st.id, st.lease.Step
 	out, err := st.d.s.SubmitResult(st.d.ctx, st.lease.DelegationID, worker, "", in)
 	st.took("result "+in.ResultType, out, err)
+	return st
+}
+
+// routed checks that the last result was delegated on by its route, to
+// queue, and makes queue the story's queue for the next claim.
+func (st *story) routed(queue string) *story {
+	if !st.ok() {
+		return st
+	}
+	row, err := st.d.s.GetSession(st.d.ctx, st.id)
+	if err == nil && (row.Status != models.StatusQueued || row.Queue != queue) {
+		err = fmt.Errorf("session is %s on %q, want routed to %s", row.Status, row.Queue, queue)
+	}
+	st.d.fail(st.ref+": routed", err)
+	st.queue = queue
 	return st
 }
 
@@ -403,7 +462,8 @@ const day = 24 * time.Hour
 // the ones that leave delegations waiting in a queue come last, so that no
 // claim in the script can pick up another story's delegation.
 func (d *seeder) play() {
-	// T-1175: a small refund, two steps, done by automation.
+	// T-1175: a small refund, three steps, done by automation: the
+	// controller delegated the first; routes delegated the next two.
 	d.session(6*day, 3, ticket("T-1175", "Refund order 1175: coffee mug arrived chipped", map[string]any{
 		"order_id": "1175", "order_total": "19.90 EUR", "customer_email": "mila.novak@example.net"}, refundPolicy)).
 		delegate("refunds", "check-eligibility", "Check the order against the refund policy.", delegation{}).
@@ -412,11 +472,16 @@ func (d *seeder) play() {
 			Output:      output(map[string]any{"eligible": true, "amount_eur": 19.90}),
 			Evidence:    []models.Evidence{ev("order 1175 paid 19.90 EUR by card", "orders-db:1175"), ev("photo of the chipped mug attached", "helpdesk:T-1175#att-1")},
 			Uncertainty: uncertain(0.05, "")}).
-		delegate("refunds", "issue-refund", "Refund 19.90 EUR to the original card.", delegation{}).
+		routed("refunds").
 		claim("refunds-worker-1").
-		result(models.ResultInput{ResultType: models.ResultCompleted,
+		result(models.ResultInput{ResultType: models.ResultCompleted, NextStep: "notify-customer",
 			Output:   output(map[string]any{"refund_id": "re_3PqT1175", "amount_eur": 19.90}),
-			Evidence: []models.Evidence{ev("refund re_3PqT1175 succeeded", "payments-api:refunds/re_3PqT1175")}})
+			Evidence: []models.Evidence{ev("refund re_3PqT1175 succeeded", "payments-api:refunds/re_3PqT1175")}}).
+		routed("notifications").
+		claim("notifications-worker-1").
+		result(models.ResultInput{ResultType: models.ResultCompleted,
+			Output:   output(map[string]any{"message_id": "msg_1175", "channel": "email"}),
+			Evidence: []models.Evidence{ev("refund confirmation sent to mila.novak@example.net", "mailer:msg_1175")}})
 
 	// T-1178: where is my parcel.
 	d.session(5*day+20*hour, 4, ticket("T-1178", "Tell the customer where parcel for order 1178 is", map[string]any{
@@ -663,6 +728,17 @@ func (d *seeder) play() {
 			Evidence: []models.Evidence{ev("LMP-220-WHT: 0 in stock, next delivery 2027-01-08", "warehouse-api:stock/LMP-220-WHT")}}).
 		wait(3*hour).
 		provide("Customer accepts the black variant.", map[string]any{"sku": "LMP-220-BLK"})
+
+	// T-1247: the carrier lost a parcel; filing the carrier claim is a
+	// step nobody has routed (the claims team does it by hand), so the
+	// session is open and stalled until someone acts on it.
+	d.session(30*time.Minute, 3, ticket("T-1247", "Parcel for order 1247 lost in transit", map[string]any{
+		"order_id": "1247", "carrier": "DHL", "tracking_number": "JD014600006281247"})).
+		delegate("shipping", "track-parcel", "Look the parcel up at the carrier and summarise.", delegation{}).
+		claim("shipping-worker-2").
+		result(models.ResultInput{ResultType: models.ResultCompleted, NextStep: UnroutedStep,
+			Output:   output(map[string]any{"status": "lost", "last_scan": "Leipzig hub, 9 days ago"}),
+			Evidence: []models.Evidence{ev("no carrier scan for 9 days; carrier marked the parcel lost", "dhl-api:JD014600006281247")}})
 
 	// T-1236: a worker is on it right now (a long lease, so it stays running
 	// for a while after the seed).

@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,6 +155,48 @@ func checkStories(ctx context.Context, t *testing.T, s *models.Store) {
 		if err != nil || c.ParentID == nil || *c.ParentID != parent.SessionID {
 			t.Errorf("child %s = %+v, %v", id, c, err)
 		}
+	}
+
+	// T-1175 flowed through routes: the controller delegated the first
+	// step, system:router the next two, and it completed.
+	flow := byRef["T-1175"]
+	var steps []string
+	for _, c := range flow.CompletedSteps {
+		steps = append(steps, c.Step)
+	}
+	if flow.Status != models.StatusCompleted || strings.Join(steps, ",") != "check-eligibility,issue-refund,notify-customer" {
+		t.Errorf("T-1175 = %s after %v", flow.Status, steps)
+	}
+	fevs, err := s.ListEvents(ctx, flow.SessionID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routedBy := 0
+	for _, e := range fevs {
+		if e.Type == models.EventDelegationCreated && e.Actor == models.RouterActor {
+			routedBy++
+		}
+	}
+	if routedBy != 2 {
+		t.Errorf("T-1175 has %d delegations by %s, want 2", routedBy, models.RouterActor)
+	}
+	for st := range demo.Routes {
+		if _, err := s.GetRoute(ctx, st); err != nil {
+			t.Errorf("demo route %s: %v", st, err)
+		}
+	}
+
+	// The deliberately unrouted step leaves T-1247 stalled.
+	stalled, err := s.ListSessions(ctx, models.SessionQuery{Stalled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range stalled.Sessions {
+		found = found || r.TicketRef == "T-1247"
+	}
+	if lost := byRef["T-1247"]; !found || lost.Status != models.StatusOpen || lost.NextStep != demo.UnroutedStep {
+		t.Errorf("T-1247 = %s next %q, in the stalled list: %v", lost.Status, lost.NextStep, found)
 	}
 
 	// The running delegation's lease outlives the seed for a while.
