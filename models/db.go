@@ -338,6 +338,11 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	if err != nil {
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}
+	// States written by an older release are re-derived from their events,
+	// so that replay matches them again.
+	if _, err := s.Reproject(ctx); err != nil {
+		return applied, fmt.Errorf("migrate up: %w", err)
+	}
 	return applied, nil
 }
 

@@ -1,0 +1,127 @@
+package models
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// StateFormat is the format of the states this binary's Apply derives. Raise
+// it whenever Apply starts deriving something new from the same events: the
+// stored states of existing sessions are then re-projected once, so that
+// replay keeps matching them (invariant 1) and verify stays clean.
+//
+//	1  every release before v1.1
+//	2  v1.1: run reasons, fact versions, step evidence, joined children,
+//	   escalation reason codes and failures, resolved risks
+const StateFormat = 2
+
+// reprojectBatch is how many sessions one re-projection transaction rewrites.
+const reprojectBatch = 200
+
+// ReprojectReport counts what Reproject did.
+type ReprojectReport struct {
+	From, To  int
+	Sessions  int
+	Rewritten int
+}
+
+// Reproject brings the stored states up to StateFormat: when the database
+// records an older format, every session is replayed from its events with
+// this binary's Apply and its state and projection columns are rewritten.
+// Events and their hashes are never touched. A session written concurrently
+// (its version moved on) is skipped: its writer stored a current-format state.
+// Several processes may run it at once; the work is idempotent.
+func (s *Store) Reproject(ctx context.Context) (ReprojectReport, error) {
+	var r ReprojectReport
+	if err := s.DB.WithContext(ctx).Raw(`SELECT version FROM state_format WHERE id = 1`).Scan(&r.From).Error; err != nil {
+		return r, fmt.Errorf("reproject: read state format: %w", err)
+	}
+	r.To = StateFormat
+	if r.From >= StateFormat {
+		return r, nil
+	}
+	s.Logger.Info("re-projecting session states from their events", "from_format", r.From, "to_format", StateFormat)
+	after := ""
+	for {
+		var rows []Session
+		if err := s.DB.WithContext(ctx).Where("id > ?", after).Order("id").Limit(reprojectBatch).Find(&rows).Error; err != nil {
+			return r, fmt.Errorf("reproject: list sessions: %w", err)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		for _, row := range rows {
+			changed, err := s.reprojectSession(ctx, row)
+			if err != nil {
+				return r, err
+			}
+			r.Sessions++
+			if changed {
+				r.Rewritten++
+			}
+		}
+		after = rows[len(rows)-1].ID
+	}
+	if err := s.DB.WithContext(ctx).Exec(`UPDATE state_format SET version = ? WHERE id = 1 AND version < ?`, StateFormat, StateFormat).Error; err != nil {
+		return r, fmt.Errorf("reproject: record state format: %w", err)
+	}
+	s.Logger.Info("re-projected session states", "sessions", r.Sessions, "rewritten", r.Rewritten)
+	return r, nil
+}
+
+// errReplay marks a session whose events do not replay; verify reports it.
+var errReplay = errors.New("events do not replay")
+
+// reprojectSession rewrites one session's state and projection columns from
+// its events, guarded by its version. It reports whether anything changed.
+func (s *Store) reprojectSession(ctx context.Context, row Session) (bool, error) {
+	var (
+		st      State
+		lastSeq int64
+		last    Event
+	)
+	for {
+		evs, err := s.ListEvents(ctx, row.ID, lastSeq, 1000)
+		if err != nil {
+			return false, fmt.Errorf("reproject %s: %w", row.ID, err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			next, err := Apply(st, e)
+			if err != nil {
+				// Leave it as it is: verify names the broken event.
+				s.Logger.Warn("session does not replay; left as stored", "session", row.ID, "seq", e.Seq, "err", err)
+				return false, nil
+			}
+			st, last, lastSeq = next, e, e.Seq
+		}
+	}
+	if st.Version != row.StateVersion {
+		return false, nil // written concurrently, or broken: verify tells
+	}
+	body, err := EncodeState(st)
+	if err != nil {
+		return false, fmt.Errorf("reproject %s: encode state: %w", row.ID, err)
+	}
+	p := projection(st, string(body), last.Hash, row.UpdatedAt)
+	if string(body) == row.State && p.SearchNotes == row.SearchNotes && p.ReasonCode == row.ReasonCode &&
+		p.NextStep == row.NextStep {
+		return false, nil
+	}
+	requested := row.InputRequestedAt
+	if p.InputRequestedAt.Valid && !requested.Valid {
+		requested = NullTime{Time: last.CreatedAt, Valid: true}
+	} else if !p.InputRequestedAt.Valid {
+		requested = NullTime{}
+	}
+	err = s.DB.WithContext(ctx).Exec(`UPDATE sessions SET state = ?, search_notes = ?, reason_code = ?, next_step = ?,
+		input_requested_at = ? WHERE id = ? AND state_version = ?`,
+		string(body), p.SearchNotes, p.ReasonCode, p.NextStep, requested, row.ID, row.StateVersion).Error
+	if err != nil {
+		return false, fmt.Errorf("reproject %s: %w", row.ID, err)
+	}
+	return true, nil
+}
