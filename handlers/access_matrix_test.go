@@ -154,6 +154,9 @@ var accessMatrix = map[string]routeCase{
 	"POST /api/v1/queues/:queue/lease":       {path: "/api/v1/queues/refunds/lease", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/heartbeat": {path: "/api/v1/delegations/dlg_missing/heartbeat", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/result":    {path: "/api/v1/delegations/dlg_missing/result", want: workAPI(422)},
+
+	// The event feed: controllers and admins.
+	"GET /api/v1/events": {want: ctlAPI(200)},
 }
 
 // matrixEnv is a server with one browser per user role and one token per

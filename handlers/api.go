@@ -49,6 +49,9 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
+
+	// The event feed (controllers follow what happened).
+	g.GET("/events", a.listFeed, a.auth(controllerRoles...))
 }
 
 // tokenKey is where auth leaves the caller's token in the echo context.
