@@ -354,10 +354,14 @@ var feedNumbered = `pending AS (
 	FROM pending ORDER BY t, session_id, seq LIMIT ` + strconv.Itoa(feedBatch) + `
 )`
 
+// sequencePostgres numbers a batch and, when it numbered any, notifies
+// FeedChannel with the highest position; the notice is delivered at commit.
 var sequencePostgres = `WITH ` + feedNumbered + `, upd AS (
 	UPDATE events e SET feed_pos = n.pos FROM numbered n WHERE e.id = n.id RETURNING e.feed_pos
+), agg AS (
+	SELECT count(*) AS n, coalesce(max(feed_pos), 0) AS top FROM upd
 )
-SELECT count(*), coalesce(max(feed_pos), 0) FROM upd`
+SELECT n, top, (SELECT count(*) FROM (SELECT pg_notify($1, top::text) FROM agg WHERE n > 0) x) AS notified FROM agg`
 
 var sequenceSQLite = `WITH ` + feedNumbered + `
 UPDATE events SET feed_pos = n.pos FROM numbered n WHERE events.id = n.id`
@@ -394,23 +398,18 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 		}
 		return int(n), nil
 	}
-	var n, top int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Blocking: a sequencer that waits here then numbers what the other
-		// one left, from where it stopped.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(feedLockKey)); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, sequencePostgres).Scan(&n, &top); err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, FeedChannel, strconv.FormatInt(top, 10))
-		return err
+	// One round trip: the lock and the statement travel as one pipeline,
+	// which PostgreSQL runs as one implicit transaction (one Sync), so the
+	// lock is held until the positions and the notice commit. Blocking: a
+	// sequencer that waits for the lock then runs its statement on a fresh
+	// snapshot and numbers what the other one left, from where it stopped.
+	var b pgx.Batch
+	b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(feedLockKey))
+	var n, top, notified int64
+	b.Queue(sequencePostgres, FeedChannel).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&n, &top, &notified)
 	})
-	if err != nil {
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return 0, fmt.Errorf("feed: sequence: %w", err)
 	}
 	return int(n), nil
