@@ -302,6 +302,16 @@ type feedState struct {
 	// horizon is the lower bound of feed_xid of the events still pending
 	// (PostgreSQL; see sequencePostgres). 0 scans them all.
 	horizon atomic.Int64
+	// batches and numbered count the non-empty batches of this process's
+	// sequencer and the events they numbered (FeedSequencerStats).
+	batches, numbered atomic.Int64
+}
+
+// FeedSequencerStats returns how many non-empty batches this process's
+// sequencer committed and how many events they numbered: each batch is one
+// round trip on PostgreSQL.
+func (s *Store) FeedSequencerStats() (batches, events int64) {
+	return s.feed.batches.Load(), s.feed.numbered.Load()
 }
 
 func (f *feedState) kicks() chan struct{} {
@@ -376,8 +386,9 @@ func feedNumbered(pendingBound string) string {
 // index is on feed_xid, and a pass scans only feed_xid >= $2, the xmin of the
 // previous pass's snapshot: every transaction below it had ended before that
 // pass, so its events were visible to it and numbered then (unless the batch
-// was full, in which case the bound does not move).
-var sequencePostgres = `WITH ` + feedNumbered(` AND feed_xid >= $2`) + `, upd AS (
+// was full, in which case the bound does not move). Rows without feed_xid
+// (written by anything but the write path) are always scanned.
+var sequencePostgres = `WITH ` + feedNumbered(` AND (feed_xid >= $2 OR feed_xid IS NULL)`) + `, upd AS (
 	UPDATE events e SET feed_pos = n.pos FROM numbered n WHERE e.id = n.id RETURNING e.feed_pos
 ), agg AS (
 	SELECT count(*) AS n, coalesce(max(feed_pos), 0) AS top FROM upd
@@ -401,6 +412,8 @@ func (s *Store) SequenceFeed(ctx context.Context) (int, error) {
 		n, err := s.sequenceOnce(ctx)
 		total += n
 		if n > 0 {
+			s.feed.batches.Add(1)
+			s.feed.numbered.Add(int64(n))
 			s.wakeFeed()
 		}
 		if err != nil || n < feedBatch {

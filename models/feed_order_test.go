@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +100,45 @@ func TestFeedMigrationBackfill(t *testing.T) {
 			t.Fatalf("next event = %+v", evs)
 		}
 	})
+}
+
+// TestFeedPlans checks on PostgreSQL, with 100,000 events, that the feed's
+// reads use the position index for every filter, and that the sequencer's
+// scan of pending rows is an index range on feed_xid (not a walk over every
+// row numbered since the last VACUUM).
+func TestFeedPlans(t *testing.T) {
+	s := storetest.New(t, models.Postgres)
+	ctx := context.Background()
+	bulkEvents(t, s, 100_000, 20, 50)
+	if n, err := s.SequenceFeed(ctx); err != nil || n != 100_000 {
+		t.Fatalf("sequenced %d, %v", n, err)
+	}
+	if err := s.DB.Exec(`ANALYZE events`).Error; err != nil {
+		t.Fatal(err)
+	}
+	explain := func(sql string, args ...any) string {
+		t.Helper()
+		var lines []string
+		if err := s.DB.Raw("EXPLAIN "+sql, args...).Scan(&lines).Error; err != nil {
+			t.Fatalf("explain %s: %v", sql, err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	const cols = `SELECT e.id, e.feed_pos FROM events e`
+	for name, q := range map[string]string{
+		"all":     cols + ` WHERE e.feed_pos > 50000 AND e.feed_pos <= 100000 ORDER BY e.feed_pos LIMIT 100`,
+		"types":   cols + ` WHERE e.feed_pos > 50000 AND e.feed_pos <= 100000 AND e.type IN ('result.completed') ORDER BY e.feed_pos LIMIT 100`,
+		"session": cols + ` WHERE e.feed_pos > 0 AND e.feed_pos <= 100000 AND e.session_id = 'ses_00000042' ORDER BY e.feed_pos LIMIT 100`,
+		"queue":   cols + ` JOIN sessions s ON s.id = e.session_id AND s.queue = 'q' WHERE e.feed_pos > 50000 AND e.feed_pos <= 100000 ORDER BY e.feed_pos LIMIT 100`,
+		"high":    `SELECT max(feed_pos) FROM events WHERE feed_pos IS NOT NULL`,
+		"pending": `SELECT id FROM events WHERE feed_pos IS NULL AND (feed_xid >= 12345 OR feed_xid IS NULL)`,
+	} {
+		plan := explain(q)
+		if strings.Contains(plan, "Seq Scan on events") {
+			t.Errorf("%s: sequential scan of events:\n%s", name, plan)
+		}
+		if name == "pending" && !strings.Contains(plan, "events_feed_pending_idx") {
+			t.Errorf("pending rows not found through their index:\n%s", plan)
+		}
+	}
 }

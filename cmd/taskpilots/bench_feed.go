@@ -62,12 +62,13 @@ func httpFeed(c *client.Client) feedPager {
 
 // feedBenchResult is what the feed's readers measured.
 type feedBenchResult struct {
-	scanned  atomic.Int64 // events read by the scanning readers
-	scans    atomic.Int64 // full scans finished
-	followed int64        // events the live follower received
-	lag      []time.Duration
-	firstErr error
-	mu       sync.Mutex
+	batches, numbered int64        // the sequencer's, during the run
+	scanned           atomic.Int64 // events read by the scanning readers
+	scans             atomic.Int64 // full scans finished
+	followed          int64        // events the live follower received
+	lag               []time.Duration
+	firstErr          error
+	mu                sync.Mutex
 }
 
 func (r *feedBenchResult) fail(err error) {
@@ -84,6 +85,7 @@ func startFeedBench(ctx context.Context, s *models.Store, o feedBenchOpts, read 
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	res := &feedBenchResult{}
+	b0, n0 := s.FeedSequencerStats()
 	if o.sequencer {
 		wg.Go(func() { s.RunSequencer(ctx, time.Second) })
 	}
@@ -136,6 +138,8 @@ func startFeedBench(ctx context.Context, s *models.Store, o feedBenchOpts, read 
 	return func() *feedBenchResult {
 		cancel()
 		wg.Wait()
+		b1, n1 := s.FeedSequencerStats()
+		res.batches, res.numbered = b1-b0, n1-n0
 		return res
 	}
 }
@@ -143,6 +147,8 @@ func startFeedBench(ctx context.Context, s *models.Store, o feedBenchOpts, read 
 // feedReport is the feed's part of benchReport.
 type feedReport struct {
 	Sequencer         bool    `json:"sequencer"`
+	SequencerBatches  int64   `json:"sequencer_batches"`
+	SequencerEvents   int64   `json:"sequencer_events"`
 	FeedReaders       int     `json:"feed_readers"`
 	FeedScannedEvents int64   `json:"feed_scanned_events"`
 	FeedScanPerSec    float64 `json:"feed_scan_events_per_sec"`
@@ -154,7 +160,7 @@ type feedReport struct {
 
 func summariseFeed(o feedBenchOpts, r *feedBenchResult, elapsed time.Duration) feedReport {
 	return feedReport{
-		Sequencer: o.sequencer, FeedReaders: o.readers,
+		Sequencer: o.sequencer, SequencerBatches: r.batches, SequencerEvents: r.numbered, FeedReaders: o.readers,
 		FeedScannedEvents: r.scanned.Load(), FeedScanPerSec: round3(float64(r.scanned.Load()) / elapsed.Seconds()),
 		FeedFullScans: r.scans.Load(), FeedFollowed: r.followed,
 		FeedLagP50Ms: pct(r.lag, 0.50), FeedLagP99Ms: pct(r.lag, 0.99),
@@ -163,6 +169,10 @@ func summariseFeed(o feedBenchOpts, r *feedBenchResult, elapsed time.Duration) f
 
 func printFeedBench(w io.Writer, r feedReport, res *feedBenchResult) {
 	fmt.Fprintf(w, "feed sequencer %v", r.Sequencer)
+	if r.SequencerBatches > 0 {
+		fmt.Fprintf(w, " (%d batches, %d events, %.1f events per batch)", r.SequencerBatches, r.SequencerEvents,
+			float64(r.SequencerEvents)/float64(r.SequencerBatches))
+	}
 	if r.FeedReaders > 0 {
 		fmt.Fprintf(w, "; %d readers scanned %d events (%.0f/s, %d full scans)", r.FeedReaders, r.FeedScannedEvents, r.FeedScanPerSec, r.FeedFullScans)
 	}
