@@ -79,6 +79,8 @@ const (
 	// second is the schema's hash, so that separate schemas (tests, tenants)
 	// do not wait for each other.
 	feedLockKey = 0x66656564 // "feed"
+	// feedCoalesce is how long the sequencer lets kicks pile up.
+	feedCoalesce = 5 * time.Millisecond
 )
 
 // FeedQuery selects a page of the feed.
@@ -481,6 +483,13 @@ func (s *Store) RunSequencer(ctx context.Context, poll time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-s.feed.kicks():
+			// A short pause lets a burst of commits share one batch: fewer
+			// round trips and notices for a few milliseconds of latency.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(feedCoalesce):
+			}
 		case <-t.C:
 		}
 		_, err := s.SequenceFeed(ctx)
