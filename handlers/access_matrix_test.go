@@ -165,6 +165,9 @@ var accessMatrix = map[string]routeCase{
 	"PUT /api/v1/routes/:step":               {path: "/api/v1/routes/missing-step", want: ctlAPI(422)},
 	"DELETE /api/v1/routes/:step":            {path: "/api/v1/routes/missing-step", want: ctlAPI(404)},
 	"POST /api/v1/routes/:step/drain":        {path: "/api/v1/routes/missing-step/drain", want: ctlAPI(404)},
+
+	// The event feed: controllers and admins.
+	"GET /api/v1/events": {want: ctlAPI(200)},
 }
 
 // matrixEnv is a server with one browser per user role and one token per

@@ -62,6 +62,8 @@ func (a *API) Register(g *echo.Group) {
 	g.PUT("/routes/:step", a.putRoute, a.auth(controllerRoles...))
 	g.DELETE("/routes/:step", a.deleteRoute, a.auth(controllerRoles...))
 	g.POST("/routes/:step/drain", a.drainRoute, a.auth(controllerRoles...))
+	// The event feed (controllers follow what happened).
+	g.GET("/events", a.listFeed, a.auth(controllerRoles...))
 }
 
 // tokenKey is where auth leaves the caller's token in the echo context.
