@@ -49,6 +49,14 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
+
+	// Webhooks: admin tokens only (auth with no roles admits admins alone).
+	g.POST("/webhooks", a.createWebhook, a.auth())
+	g.GET("/webhooks", a.listWebhooks, a.auth())
+	g.DELETE("/webhooks/:id", a.deleteWebhook, a.auth())
+	g.POST("/webhooks/:id/rotate-secret", a.rotateWebhookSecret, a.auth())
+	g.GET("/webhooks/:id/deliveries", a.listDeliveries, a.auth())
+	g.POST("/webhooks/:id/deliveries/:event_id/redeliver", a.redeliver, a.auth())
 }
 
 // tokenKey is where auth leaves the caller's token in the echo context.
