@@ -55,6 +55,7 @@ type Store struct {
 	Observer Observer
 	url      string
 	notices  announcer
+	feed     feedState
 	tokens   tokenCache
 	// pool is the PostgreSQL connection pool (nil on SQLite); DB reads
 	// through it too.

@@ -8,10 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Listen forwards PostgreSQL NOTIFYs on NotifyChannel into s.Wake, so that a
-// long poll in this process wakes when another process queues work. It
-// reconnects after errors and returns when ctx is done. On SQLite it only
-// waits for ctx: all writers share the process and notify directly.
+// Listen forwards PostgreSQL NOTIFYs into this process's long polls: those
+// on NotifyChannel (a queue has work) into s.Wake, so that a lease long poll
+// wakes when another process queues work, and those on FeedChannel (a
+// sequencer numbered events) to the feed's long polls. It reconnects after
+// errors and returns when ctx is done. On SQLite it only waits for ctx: all
+// writers share the process and notify directly.
 func (s *Store) Listen(ctx context.Context) error {
 	if s.Dialect != Postgres {
 		<-ctx.Done()
@@ -37,13 +39,20 @@ func (s *Store) listenOnce(ctx context.Context) error {
 		return fmt.Errorf("listen: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel+"; LISTEN "+FeedChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	// Notices sent while this loop was not listening are lost: feed long
+	// polls read again now. (Lease long polls re-check every second anyway.)
+	s.wakeFeed()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return fmt.Errorf("listen: wait: %w", err)
+		}
+		if n.Channel == FeedChannel {
+			s.wakeFeed()
+			continue
 		}
 		s.Wake.Notify(n.Payload)
 	}

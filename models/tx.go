@@ -36,8 +36,11 @@ type Tx struct {
 	gdb     *gorm.DB      // SQLite
 	conn    *pgxpool.Conn // PostgreSQL
 	pending []txStmt
-	sent    bool  // something was sent already (PostgreSQL)
-	err     error // the first failure; every later call returns it
+	sent    bool // something was sent already (PostgreSQL)
+	// appended is set when an event was queued, so that the commit kicks
+	// the feed sequencer (feed.go).
+	appended bool
+	err      error // the first failure; every later call returns it
 }
 
 // txStmt is one queued statement: an exec with a check of its outcome, or a
@@ -323,18 +326,29 @@ func isListArg(a any) bool {
 // of it when the database reports a serialization failure or a deadlock. fn
 // may run more than once, so it must not have effects outside tx.
 func (s *Store) Write(ctx context.Context, fn func(tx *Tx) error) error {
-	return s.retry(ctx, func() error {
+	appended := false
+	err := s.retry(ctx, func() error {
 		if s.pool == nil {
 			return s.DB.WithContext(ctx).Transaction(func(gdb *gorm.DB) error {
 				t := &Tx{ctx: ctx, s: s, gdb: gdb}
 				if err := fn(t); err != nil {
 					return err
 				}
+				appended = t.appended
 				return t.flush()
 			})
 		}
-		return s.writePostgres(ctx, fn)
+		var t *Tx
+		err := s.writePostgres(ctx, func(tx *Tx) error { t = tx; return fn(tx) })
+		appended = t != nil && t.appended
+		return err
 	})
+	if err == nil && appended {
+		// Committed events get their feed positions from the sequencer,
+		// after commit and off the write path: a channel send, no round trip.
+		s.kickSequencer()
+	}
+	return err
 }
 
 func (s *Store) writePostgres(ctx context.Context, fn func(tx *Tx) error) error {

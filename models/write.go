@@ -436,6 +436,7 @@ const insertEventCols = `(id, session_id, seq, type, actor, version_before, vers
 // expected version. Either way a lost race ends in a ConflictError when the
 // statements are sent.
 func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Event) {
+	tx.appended = true
 	conflict := &ConflictError{SessionID: ev.SessionID, ExpectedVersion: before, CurrentVersion: before + 1}
 	if creates {
 		conflict = &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}

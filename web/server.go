@@ -194,8 +194,9 @@ func isHTTPS(r *http.Request, trustProxy bool) bool {
 }
 
 // Serve runs the server until ctx is done, with the background loops:
-// maintenance (lease rescue, timers), the webhook dispatcher and, on PostgreSQL, the LISTEN loop
-// that wakes long polls when other processes queue work.
+// maintenance (lease rescue, timers), the event feed's sequencer, the
+// webhook dispatcher and, on PostgreSQL, the LISTEN loop that wakes long
+// polls when other processes queue work or sequence events.
 func Serve(ctx context.Context, s *models.Store, cfg Config) error {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
@@ -229,6 +230,7 @@ func Serve(ctx context.Context, s *models.Store, cfg Config) error {
 	defer stopBg()
 	var wg sync.WaitGroup
 	wg.Go(func() { maintainLoop(bg, s, cfg.MaintainEvery, log) })
+	wg.Go(func() { s.RunSequencer(bg, time.Second) })
 	wg.Go(func() {
 		d := &Dispatcher{Store: s, Policy: cfg.Webhooks, Log: log}
 		d.Run(bg, cfg.WebhookEvery)

@@ -1,0 +1,31 @@
+-- +goose Up
+-- The event feed's commit-ordered position (models/feed.go). An event gets it
+-- after its transaction commits, from the one sequencer that runs at a time,
+-- so positions are contiguous and never given to an uncommitted event: a
+-- reader following the feed by position cannot skip an event that committed
+-- late. NULL means committed (or in flight) and not sequenced yet.
+ALTER TABLE events ADD COLUMN feed_pos integer NULL;
+
+-- Existing events are numbered as the sequencer would number them: by the
+-- running maximum of created_at within the session (so that clock skew
+-- between server processes cannot put a session's seq out of order), then
+-- session and seq.
+UPDATE events SET feed_pos = n.pos
+FROM (
+    SELECT id, row_number() OVER (ORDER BY t, session_id, seq) AS pos
+    FROM (SELECT id, session_id, seq,
+                 max(created_at) OVER (PARTITION BY session_id ORDER BY seq) AS t
+          FROM events) x
+) n
+WHERE events.id = n.id;
+
+-- Readers page by position; the unique index also makes a sequencing bug that
+-- hands out a position twice fail loudly instead of corrupting the feed.
+CREATE UNIQUE INDEX events_feed_pos_key ON events (feed_pos);
+-- The sequencer's work list: only the few rows not sequenced yet.
+CREATE INDEX events_feed_pending_idx ON events (session_id, seq) WHERE feed_pos IS NULL;
+
+-- +goose Down
+DROP INDEX events_feed_pending_idx;
+DROP INDEX events_feed_pos_key;
+ALTER TABLE events DROP COLUMN feed_pos;

@@ -1,0 +1,461 @@
+package models
+
+// The event feed: every committed event, told once, in an order consistent
+// with each session's seq (DESIGN.md invariant 11).
+//
+// Why a position assigned after commit. The obvious feed key, a sequence or
+// identity column (or the insert time) assigned when the event row is
+// inserted, is handed out in insert order, but transactions commit in
+// another order: writer A takes position 7, writer B takes 8 and commits
+// first, a reader sees 8 and moves its cursor past 7, then A commits and 7
+// is never read. No amount of re-reading fixes that without the reader
+// guessing how long a transaction may stay open.
+//
+// So an event gets its feed position (events.feed_pos) only once it is
+// committed, from a sequencer, as event stores do it (Marten's high-water
+// mark daemon, Postgres outboxes):
+//
+//   - The write path is unchanged: it inserts events with feed_pos NULL and
+//     costs no extra round trip. After a commit that appended events, Write
+//     kicks the sequencer with a non-blocking send on a channel (bursts
+//     coalesce into one kick).
+//   - SequenceFeed, run by one goroutine per server process (RunSequencer),
+//     numbers every visible (hence committed) pending event in ONE statement,
+//     from max(feed_pos)+1 on, contiguously, in one short transaction. On
+//     PostgreSQL the transaction first takes an advisory lock, so that
+//     sequencers of several processes take turns; one that waited starts its
+//     statement after the other committed, sees its positions and what it
+//     left pending, and goes on from there. Batches are therefore atomic and
+//     serialised: when a reader sees position P it sees every position below.
+//   - Within a batch events are ordered by the running maximum of created_at
+//     within their session, then session and seq: a session's events are
+//     committed one after the other (its row is locked), so they can only be
+//     sequenced in seq order even when the clocks of two server processes
+//     disagree. A later batch only ever adds higher positions.
+//   - A reader reads hi = max(feed_pos) (one index probe) and then the rows
+//     with cursor < feed_pos <= hi. Everything up to hi is committed and
+//     numbered, so nothing is skipped, and a position is read once; when the
+//     page is not full the next cursor is hi, so a reader with filters does
+//     not scan the same non-matching rows again.
+//   - Events written by a process that died before sequencing them (a CLI, a
+//     crashed server) are picked up by RunSequencer's fallback poll.
+//   - After a non-empty batch the sequencer wakes the long polls of its
+//     process and, on PostgreSQL, sends pg_notify(FeedChannel) in the same
+//     transaction, which the LISTEN loop of every other process turns into a
+//     wake-up of its long polls (Listen).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+)
+
+// FeedChannel is the PostgreSQL channel on which a sequencer announces the
+// highest feed position it has given out.
+const FeedChannel = "taskpilots_feed"
+
+// Feed paging bounds.
+const (
+	DefaultFeedLimit = 100
+	MaxFeedLimit     = 1000
+	// FeedCursorNow, as FeedQuery.After, starts at the end of the feed.
+	FeedCursorNow = "now"
+	// feedBatch bounds one sequencing statement, so that a backlog (a
+	// restart after many CLI writes) is numbered in several short
+	// transactions rather than one long one.
+	feedBatch = 5000
+	// feedLockKey is the first half of the sequencer's advisory lock; the
+	// second is the schema's hash, so that separate schemas (tests, tenants)
+	// do not wait for each other.
+	feedLockKey = 0x66656564 // "feed"
+)
+
+// FeedQuery selects a page of the feed.
+type FeedQuery struct {
+	// After is a cursor from a previous page's NextCursor; "" starts at the
+	// oldest retained event and FeedCursorNow at the end of the feed.
+	After string
+	// Types, when not empty, keeps only events of these types.
+	Types []EventType
+	// Queue keeps only events of sessions whose queue (sessions.queue) it
+	// is; SessionID only the events of one session.
+	Queue     string
+	SessionID string
+	// Limit is the page size, 1 to MaxFeedLimit; 0 means DefaultFeedLimit.
+	Limit int
+}
+
+// FeedEvent is one event as the feed tells it.
+type FeedEvent struct {
+	EventID      string          `json:"event_id"`
+	SessionID    string          `json:"session_id"`
+	Seq          int64           `json:"seq"`
+	Type         EventType       `json:"type"`
+	Actor        string          `json:"actor"`
+	VersionAfter int64           `json:"version_after"`
+	Payload      json.RawMessage `json:"payload"`
+	CreatedAt    UTCTime         `json:"created_at"`
+	// Pos is the event's feed position (not part of the API: cursors are
+	// opaque).
+	Pos int64 `json:"-"`
+}
+
+// FeedPage is a page of the feed and the cursor that continues it.
+type FeedPage struct {
+	Events     []FeedEvent
+	NextCursor string
+}
+
+// feedCursor is what a feed cursor encodes.
+type feedCursor struct {
+	Pos int64 `json:"p"`
+}
+
+// EncodeFeedCursor is the opaque cursor that continues the feed after pos.
+func EncodeFeedCursor(pos int64) string { return "f" + encodeCursor(feedCursor{Pos: pos}) }
+
+// DecodeFeedCursor reads a cursor made by EncodeFeedCursor; anything else is
+// a ValidationError naming "after".
+func DecodeFeedCursor(s string) (int64, error) {
+	var c feedCursor
+	rest, ok := strings.CutPrefix(s, "f")
+	if !ok || decodeCursor(rest, &c) != nil || c.Pos < 0 {
+		v := &ValidationError{}
+		v.Add("after", "is not a cursor of this feed: pass a next_cursor, now, or nothing")
+		return 0, v
+	}
+	return c.Pos, nil
+}
+
+// Validate checks a feed query and names every bad field.
+func (q FeedQuery) Validate() error {
+	v := &ValidationError{}
+	if q.Limit < 0 || q.Limit > MaxFeedLimit {
+		v.Add("limit", "must be between 1 and %d", MaxFeedLimit)
+	}
+	for _, t := range q.Types {
+		if !knownEventType(t) {
+			v.Add("types", "%q is not an event type", t)
+		}
+	}
+	if q.After != "" && q.After != FeedCursorNow {
+		if _, err := DecodeFeedCursor(q.After); err != nil {
+			var ve *ValidationError
+			errors.As(err, &ve)
+			v.Fields = append(v.Fields, ve.Fields...)
+		}
+	}
+	return v.Err()
+}
+
+// feedRow is a feed event as read from the database.
+type feedRow struct {
+	EventID      string
+	SessionID    string
+	Seq          int64
+	Type         EventType
+	Actor        string
+	VersionAfter int64
+	Payload      string
+	CreatedAt    UTCTime
+	Pos          int64
+}
+
+// feedHigh is the highest position given out: every event at or below it is
+// committed and numbered. One probe of the unique index.
+func (s *Store) feedHigh(db *gorm.DB) (int64, error) {
+	var hi *int64
+	if err := db.Raw(`SELECT max(feed_pos) FROM events`).Scan(&hi).Error; err != nil {
+		return 0, fmt.Errorf("feed: high-water mark: %w", err)
+	}
+	if hi == nil {
+		return 0, nil
+	}
+	return *hi, nil
+}
+
+// ReadFeed returns the events after q.After that match q's filters, in feed
+// order, and the cursor to continue with. It never waits.
+func (s *Store) ReadFeed(ctx context.Context, q FeedQuery) (FeedPage, error) {
+	if err := q.Validate(); err != nil {
+		return FeedPage{}, err
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultFeedLimit
+	}
+	db := s.DB.WithContext(ctx)
+	hi, err := s.feedHigh(db)
+	if err != nil {
+		return FeedPage{}, err
+	}
+	var after int64
+	switch q.After {
+	case "":
+	case FeedCursorNow:
+		after = hi
+	default:
+		after, _ = DecodeFeedCursor(q.After) // validated above
+	}
+	page := FeedPage{Events: []FeedEvent{}, NextCursor: EncodeFeedCursor(max(after, hi))}
+	if after >= hi {
+		// A cursor at (or, from another database, past) the end: nothing
+		// to read, and the cursor must not move backwards.
+		page.NextCursor = EncodeFeedCursor(after)
+		return page, nil
+	}
+	var (
+		sql  strings.Builder
+		args []any
+	)
+	sql.WriteString(`SELECT e.id AS event_id, e.session_id, e.seq, e.type, e.actor, e.version_after, e.payload, e.created_at, e.feed_pos AS pos FROM events e`)
+	if q.Queue != "" {
+		sql.WriteString(` JOIN sessions s ON s.id = e.session_id AND s.queue = ?`)
+		args = append(args, q.Queue)
+	}
+	sql.WriteString(` WHERE e.feed_pos > ? AND e.feed_pos <= ?`)
+	args = append(args, after, hi)
+	if len(q.Types) > 0 {
+		sql.WriteString(` AND e.type IN ?`)
+		types := make([]string, len(q.Types))
+		for i, t := range q.Types {
+			types[i] = string(t)
+		}
+		args = append(args, types)
+	}
+	if q.SessionID != "" {
+		sql.WriteString(` AND e.session_id = ?`)
+		args = append(args, q.SessionID)
+	}
+	sql.WriteString(` ORDER BY e.feed_pos LIMIT ?`)
+	args = append(args, limit)
+	var rows []feedRow
+	if err := db.Raw(sql.String(), args...).Scan(&rows).Error; err != nil {
+		return FeedPage{}, fmt.Errorf("feed: read after %d: %w", after, err)
+	}
+	for _, r := range rows {
+		payload := json.RawMessage(r.Payload)
+		if !json.Valid(payload) {
+			// A tampered row is still told (verify reports it), as text.
+			payload, _ = json.Marshal(r.Payload)
+		}
+		page.Events = append(page.Events, FeedEvent{
+			EventID: r.EventID, SessionID: r.SessionID, Seq: r.Seq, Type: r.Type, Actor: r.Actor,
+			VersionAfter: r.VersionAfter, Payload: payload, CreatedAt: r.CreatedAt, Pos: r.Pos,
+		})
+	}
+	if len(rows) == limit {
+		page.NextCursor = EncodeFeedCursor(rows[len(rows)-1].Pos)
+	}
+	return page, nil
+}
+
+// WaitFeed is ReadFeed as a long poll: when nothing matches it waits up to
+// wait for the sequencer (of this process, or of another one through
+// LISTEN/NOTIFY) to number new events, and answers as soon as one matches,
+// or with an empty page at the deadline.
+func (s *Store) WaitFeed(ctx context.Context, q FeedQuery, wait time.Duration) (FeedPage, error) {
+	var deadline <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		// Take the signal before reading, so that a batch numbered between
+		// the read and the wait still wakes this poll.
+		woken := s.feed.signal.wait()
+		page, err := s.ReadFeed(ctx, q)
+		if err != nil || len(page.Events) > 0 || wait <= 0 {
+			return page, err
+		}
+		// Go on from the end read so far: "now" stays where it was, and
+		// filtered polls do not scan the same rows again.
+		q.After = page.NextCursor
+		select {
+		case <-woken:
+		case <-deadline:
+			return page, nil
+		case <-ctx.Done():
+			return page, ctx.Err()
+		}
+	}
+}
+
+// feedState is the store's part of the feed: the sequencer's kick and the
+// signal that wakes long polls.
+type feedState struct {
+	once   sync.Once
+	kick   chan struct{}
+	signal signal
+}
+
+func (f *feedState) kicks() chan struct{} {
+	f.once.Do(func() { f.kick = make(chan struct{}, 1) })
+	return f.kick
+}
+
+// kickSequencer asks the sequencer to run soon. It never blocks: kicks that
+// arrive while one is pending are one kick.
+func (s *Store) kickSequencer() {
+	select {
+	case s.feed.kicks() <- struct{}{}:
+	default:
+	}
+}
+
+// wakeFeed wakes every long poll of this process.
+func (s *Store) wakeFeed() { s.feed.signal.fire() }
+
+// signal is a broadcast wake-up: wait returns a channel that is closed at
+// the next fire.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (g *signal) wait() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+	return g.ch
+}
+
+func (g *signal) fire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
+}
+
+// The sequencing statement: number the pending committed events from
+// max(feed_pos)+1, ordered by the running maximum of created_at within the
+// session (clock skew between processes cannot reorder a session), then
+// session and seq. LIMIT keeps every session's numbered events a prefix of
+// its pending ones, since that order follows seq within a session.
+var feedNumbered = `pending AS (
+	SELECT id, session_id, seq, max(created_at) OVER (PARTITION BY session_id ORDER BY seq) AS t
+	FROM events WHERE feed_pos IS NULL
+), numbered AS (
+	SELECT id, (SELECT coalesce(max(feed_pos), 0) FROM events)
+	       + row_number() OVER (ORDER BY t, session_id, seq) AS pos
+	FROM pending ORDER BY t, session_id, seq LIMIT ` + strconv.Itoa(feedBatch) + `
+)`
+
+var sequencePostgres = `WITH ` + feedNumbered + `, upd AS (
+	UPDATE events e SET feed_pos = n.pos FROM numbered n WHERE e.id = n.id RETURNING e.feed_pos
+)
+SELECT count(*), coalesce(max(feed_pos), 0) FROM upd`
+
+var sequenceSQLite = `WITH ` + feedNumbered + `
+UPDATE events SET feed_pos = n.pos FROM numbered n WHERE events.id = n.id`
+
+// SequenceFeed gives feed positions to every committed event that has none
+// yet (see the top of this file) and returns how many it numbered. After a
+// non-empty batch it wakes this process's long polls and, on PostgreSQL,
+// notifies FeedChannel in the same transaction, so other processes wake
+// when, and only when, the positions are visible.
+func (s *Store) SequenceFeed(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.sequenceOnce(ctx)
+		total += n
+		if n > 0 {
+			s.wakeFeed()
+		}
+		if err != nil || n < feedBatch {
+			return total, err
+		}
+	}
+}
+
+func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
+	if s.pool == nil {
+		var n int64
+		err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			res := tx.Exec(sequenceSQLite)
+			n = res.RowsAffected
+			return res.Error
+		})
+		if err != nil {
+			return 0, fmt.Errorf("feed: sequence: %w", err)
+		}
+		return int(n), nil
+	}
+	var n, top int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Blocking: a sequencer that waits here then numbers what the other
+		// one left, from where it stopped.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(feedLockKey)); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, sequencePostgres).Scan(&n, &top); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, FeedChannel, strconv.FormatInt(top, 10))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("feed: sequence: %w", err)
+	}
+	return int(n), nil
+}
+
+// RunSequencer numbers committed events (SequenceFeed) whenever a write of
+// this process kicks it, and at least every poll for events written by other
+// processes that did not sequence them (a CLI, a crashed server). It returns
+// when ctx is done. One per process is enough; more are harmless.
+func (s *Store) RunSequencer(ctx context.Context, poll time.Duration) {
+	if poll <= 0 {
+		poll = time.Second
+	}
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	var (
+		failing    bool
+		lastLogged time.Time
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.feed.kicks():
+		case <-t.C:
+		}
+		_, err := s.SequenceFeed(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// While the database is down, one line per half minute is enough.
+			if !failing || time.Since(lastLogged) > 30*time.Second {
+				s.Logger.Error("feed sequencer failed; retrying", "err", err)
+				lastLogged = time.Now()
+			}
+			failing = true
+		case err == nil && failing:
+			s.Logger.Info("feed sequencer recovered")
+			failing = false
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(poll)
+	}
+}
