@@ -169,7 +169,7 @@ func TestWebhookClaimKeepsSessionOrder(t *testing.T) {
 		clock := newClock(s)
 		newHook(t, s)
 		a, _ := storetest.Delegated(ctx, t, s, "refunds") // seq 1, 2
-		b := storetest.Session(ctx, t, s, nil)           // seq 1
+		b := storetest.Session(ctx, t, s, nil)            // seq 1
 		enqueue(t, s)
 		p := models.WebhookPolicy{BaseDelay: time.Minute, MaxDelay: time.Hour, GiveUpAfter: 24 * time.Hour}
 
