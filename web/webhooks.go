@@ -35,6 +35,9 @@ type Dispatcher struct {
 	Parallel int
 	// EnqueueLimit is the feed page size per webhook and pass (default 500).
 	EnqueueLimit int
+	// Coalesce is the least time between passes woken by the feed;
+	// default 100ms.
+	Coalesce time.Duration
 	Log          *slog.Logger
 	// Now is the clock of the webhook-timestamp header; default time.Now.
 	Now func() time.Time
@@ -56,6 +59,9 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.EnqueueLimit <= 0 {
 		d.EnqueueLimit = 500
+	}
+	if d.Coalesce <= 0 {
+		d.Coalesce = 100 * time.Millisecond
 	}
 	if d.Log == nil {
 		d.Log = slog.Default()
@@ -163,21 +169,32 @@ func (d *Dispatcher) send(ctx context.Context, job models.DeliveryJob) models.De
 	return models.DeliveryResult{StatusCode: resp.StatusCode}
 }
 
-// Run runs passes every period (with jitter) until ctx is done. Failures
-// are logged and retried on the next pass.
+// Run runs passes until ctx is done: at least every period (with jitter),
+// for retries that come due, and soon after the feed tells new events (a
+// long poll on the feed, which the sequencer wakes in this process and,
+// through LISTEN/NOTIFY, in others). Wake-ups closer than Coalesce are
+// merged into one pass, so a busy write path costs the database a few
+// dispatcher queries per Coalesce, not per event. Failures are logged and
+// retried.
 func (d *Dispatcher) Run(ctx context.Context, every time.Duration) {
 	d.defaults()
 	var (
 		failing    bool
 		lastLogged time.Time
 	)
-	t := time.NewTimer(jitter(every))
-	defer t.Stop()
-	for {
+	pause := func(t time.Duration) {
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
+		case <-time.After(t):
+		}
+	}
+	for ctx.Err() == nil {
+		// The feed's end before the pass: whatever is numbered after it
+		// ends the wait below at once.
+		head, err := d.Store.ReadFeed(ctx, models.FeedQuery{After: models.FeedCursorNow, Limit: 1})
+		if err != nil {
+			pause(jitter(every))
+			continue
 		}
 		rep, err := d.Pass(ctx)
 		switch {
@@ -193,6 +210,9 @@ func (d *Dispatcher) Run(ctx context.Context, every time.Duration) {
 				d.Log.Info("webhook deliveries rescued", "count", rep.Rescued)
 			}
 		}
-		t.Reset(jitter(every))
+		page, err := d.Store.WaitFeed(ctx, models.FeedQuery{After: head.NextCursor, Limit: 1}, jitter(every))
+		if err != nil || len(page.Events) > 0 {
+			pause(d.Coalesce)
+		}
 	}
 }
