@@ -471,13 +471,14 @@ WHERE webhook_id = ? AND event_id = ?`, now, now, now, webhookID, eventID).Error
 // EnqueueWebhookDeliveries moves every webhook's cursor over up to limit
 // feed events and inserts a pending delivery for each event it subscribes
 // to, in the transaction that moves the cursor. It returns how many
-// deliveries it inserted. Safe from several processes at once: the cursor
+// deliveries it inserted and how many webhooks there are (none: the
+// dispatcher has nothing else to do either). Safe from several processes at once: the cursor
 // moves by compare-and-set, and a page another process enqueued first is
 // dropped.
-func (s *Store) EnqueueWebhookDeliveries(ctx context.Context, limit int) (int, error) {
+func (s *Store) EnqueueWebhookDeliveries(ctx context.Context, limit int) (enqueued, webhooks int, err error) {
 	var ws []Webhook
 	if err := s.DB.WithContext(ctx).Select("id", "types", "cursor_pos").Order("id").Find(&ws).Error; err != nil {
-		return 0, fmt.Errorf("enqueue webhook deliveries: %w", err)
+		return 0, 0, fmt.Errorf("enqueue webhook deliveries: %w", err)
 	}
 	total := 0
 	var errs []error
@@ -489,9 +490,9 @@ func (s *Store) EnqueueWebhookDeliveries(ctx context.Context, limit int) (int, e
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return total, fmt.Errorf("enqueue webhook deliveries: %w", err)
+		return total, len(ws), fmt.Errorf("enqueue webhook deliveries: %w", err)
 	}
-	return total, nil
+	return total, len(ws), nil
 }
 
 func (s *Store) enqueueWebhook(ctx context.Context, w Webhook, limit int) (int, error) {

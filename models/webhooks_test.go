@@ -34,7 +34,7 @@ func enqueue(t *testing.T, s *models.Store) int {
 	if _, err := s.SequenceFeed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.EnqueueWebhookDeliveries(ctx, 500)
+	n, _, err := s.EnqueueWebhookDeliveries(ctx, 500)
 	if err != nil {
 		t.Fatalf("enqueue: %v", err)
 	}

@@ -82,8 +82,11 @@ func (d *Dispatcher) Pass(ctx context.Context) (PassReport, error) {
 	d.defaults()
 	var r PassReport
 	var errs []error
-	n, err := d.Store.EnqueueWebhookDeliveries(ctx, d.EnqueueLimit)
+	n, hooks, err := d.Store.EnqueueWebhookDeliveries(ctx, d.EnqueueLimit)
 	r.Enqueued = n
+	if err == nil && hooks == 0 {
+		return r, nil // no webhook, no delivery: spare the database
+	}
 	errs = append(errs, err)
 	r.Rescued, err = d.Store.RescueWebhookDeliveries(ctx)
 	errs = append(errs, err)
