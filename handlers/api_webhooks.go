@@ -64,8 +64,16 @@ func (a *API) deleteWebhook(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// noFields is the body of the POSTs that take no input: an empty object,
+// like every POST of the API, so that unknown fields are still refused.
+type noFields struct{}
+
 // rotateWebhookSecret serves POST /webhooks/{id}/rotate-secret.
 func (a *API) rotateWebhookSecret(c echo.Context) error {
+	var in noFields
+	if _, err := bind(c, &in, nil); err != nil {
+		return err
+	}
 	id := c.Param("id")
 	secret, until, err := a.Store.RotateWebhookSecret(c.Request().Context(), actor(c), id)
 	if err != nil {
@@ -90,6 +98,10 @@ func (a *API) listDeliveries(c echo.Context) error {
 
 // redeliver serves POST /webhooks/{id}/deliveries/{event_id}/redeliver.
 func (a *API) redeliver(c echo.Context) error {
+	var in noFields
+	if _, err := bind(c, &in, nil); err != nil {
+		return err
+	}
 	if err := a.Store.RedeliverWebhook(c.Request().Context(), actor(c), c.Param("id"), c.Param("event_id")); err != nil {
 		return err
 	}
