@@ -38,7 +38,7 @@ type Dispatcher struct {
 	// Coalesce is the least time between passes woken by the feed;
 	// default 100ms.
 	Coalesce time.Duration
-	Log          *slog.Logger
+	Log      *slog.Logger
 	// Now is the clock of the webhook-timestamp header; default time.Now.
 	Now func() time.Time
 }

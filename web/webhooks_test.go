@@ -455,4 +455,3 @@ func TestWebhookRunWakesOnTheFeed(t *testing.T) {
 		t.Logf("delivered %s after the commit", time.Since(start).Round(time.Millisecond))
 	})
 }
-
