@@ -156,6 +156,9 @@ var accessMatrix = map[string]routeCase{
 	"POST /api/v1/delegations/:id/heartbeat": {path: "/api/v1/delegations/dlg_missing/heartbeat", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/result":    {path: "/api/v1/delegations/dlg_missing/result", want: workAPI(422)},
 
+	// The event feed: controllers and admins.
+	"GET /api/v1/events": {want: ctlAPI(200)},
+
 	// Webhooks: admin tokens on the API, admins in the console.
 	"POST /api/v1/webhooks":                                           {want: adminAPI(422)},
 	"GET /api/v1/webhooks":                                            {want: adminAPI(200)},

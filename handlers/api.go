@@ -50,6 +50,9 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
 
+	// The event feed (controllers follow what happened).
+	g.GET("/events", a.listFeed, a.auth(controllerRoles...))
+
 	// Webhooks: admin tokens only (auth with no roles admits admins alone).
 	g.POST("/webhooks", a.createWebhook, a.auth())
 	g.GET("/webhooks", a.listWebhooks, a.auth())

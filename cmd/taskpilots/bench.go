@@ -43,6 +43,7 @@ type benchOpts struct {
 	maxConns    int
 	wait        int
 	ownQueues   bool
+	feed        feedBenchOpts
 	// webhookRounds > 0 compares the write path without and with one
 	// active webhook (bench_webhook.go).
 	webhookRounds int
@@ -61,6 +62,7 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	fs.IntVar(&o.maxConns, "max-conns", 0, "database pool size (default: max(20, 2×workers))")
 	fs.IntVar(&o.wait, "wait", 5, "long-poll seconds of each lease")
 	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
+	feedBenchFlags(fs, &o.feed)
 	fs.IntVar(&o.webhookRounds, "webhook-rounds", 0, "if set, run this many rounds of --duration each without and with one active webhook (receiver on localhost) and compare")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots bench --database-url URL --mode http|inproc --workers N --duration D [--json]\n\n"+
@@ -234,6 +236,7 @@ type benchReport struct {
 	DBStatementsPerLifecycle float64 `json:"db_statements_per_lifecycle"`
 	DBRoundTripsPerLifecycle float64 `json:"db_round_trips_per_lifecycle"`
 	IdempotencyKeys          bool    `json:"idempotency_keys"`
+	feedReport
 }
 
 // benchSamples are one worker's latencies.
@@ -263,10 +266,14 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	run := models.RandomSecret(6)
 	queue := "bench-" + strings.NewReplacer("_", "x", "-", "x").Replace(run)
 
-	var lc lifecycler
+	var (
+		lc   lifecycler
+		feed feedPager
+	)
 	switch o.mode {
 	case "inproc":
 		lc = &inprocBench{s: s, wait: time.Duration(o.wait) * time.Second, useKeys: o.idemKeys}
+		feed = inprocFeed(s)
 	case "http":
 		ctrlTok, _, err := s.CreateToken(ctx, benchController, models.RoleController)
 		if err != nil {
@@ -290,6 +297,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		base := "http://" + ln.Addr().String()
 		opts := []client.Option{client.WithLogger(quiet)}
 		lc = &httpBench{controller: client.New(base, ctrlTok, opts...), worker: client.New(base, workTok, opts...), wait: o.wait}
+		feed = httpFeed(client.New(base, ctrlTok, opts...))
 	}
 	if !o.idemKeys && o.mode == "http" {
 		fmt.Fprintln(env.stderr, "note: --idempotency-keys=false has no effect in http mode: the SDK always sends keys")
@@ -314,6 +322,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	samples := make([]*benchSamples, o.workers)
+	stopFeed := startFeedBench(ctx, s, o.feed, feed)
 	stmt0, rt0 := wire()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -328,9 +337,12 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	wg.Wait()
 	elapsed := time.Since(start)
 	stmts, rts := wire()
+	feedRes := stopFeed()
 
 	rep := summarise(o, string(s.Dialect), elapsed, samples, stmts-stmt0, rts-rt0)
+	rep.feedReport = summariseFeed(o.feed, feedRes, elapsed)
 	printBench(env.stdout, rep, samples)
+	printFeedBench(env.stdout, rep.feedReport, feedRes)
 	if o.json {
 		b, _ := json.Marshal(rep)
 		fmt.Fprintln(env.stdout, string(b))
