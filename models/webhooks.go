@@ -10,6 +10,8 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/url"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -770,3 +772,66 @@ next_attempt_at = ?, lease_token = NULL, lease_expires_at = NULL, updated_at = ?
 
 // ErrLeaseLost is an attempt finished after its lease was taken over.
 var ErrLeaseLost = errors.New("the delivery's lease was lost; another dispatcher owns it")
+
+// FinishWebhookDeliveries records the outcomes of a claimed batch (jobs[i]
+// had results[i]). The deliveries accepted with the same status code are
+// recorded in one statement, since on a busy system almost all are, so the
+// dispatcher costs the database a few statements per batch rather than one
+// per event; the others go through FinishWebhookDelivery one by one. It
+// returns the status each delivery was left in ("" where the lease was
+// lost) and the first error.
+func (s *Store) FinishWebhookDeliveries(ctx context.Context, jobs []DeliveryJob, results []DeliveryResult, p WebhookPolicy) ([]DeliveryStatus, error) {
+	out := make([]DeliveryStatus, len(jobs))
+	byCode := map[int][]int{} // status code -> indexes of accepted jobs
+	var errs []error
+	for i, r := range results {
+		if r.OK() {
+			byCode[r.StatusCode] = append(byCode[r.StatusCode], i)
+			continue
+		}
+		st, err := s.FinishWebhookDelivery(ctx, jobs[i], r, p)
+		out[i] = st
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	now := NewUTCTime(s.now())
+	for code, idx := range byCode {
+		keys := make([][]any, 0, len(idx))
+		var tokens []string
+		for _, i := range idx {
+			keys = append(keys, []any{jobs[i].WebhookID, jobs[i].EventID})
+			tokens = append(tokens, jobs[i].LeaseToken)
+		}
+		slicesSortCompact(&tokens)
+		var done []struct {
+			WebhookID string
+			EventID   string
+		}
+		err := s.DB.WithContext(ctx).Raw(`UPDATE webhook_deliveries SET status = 'delivered', status_code = ?, error = '',
+delivered_at = ?, next_attempt_at = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?
+WHERE (webhook_id, event_id) IN ? AND status = 'sending' AND lease_token IN ?
+RETURNING webhook_id, event_id`, code, now, now, keys, tokens).Scan(&done).Error
+		if err != nil {
+			errs = append(errs, fmt.Errorf("finish %d deliveries: %w", len(idx), err))
+			continue
+		}
+		ok := make(map[[2]string]bool, len(done))
+		for _, d := range done {
+			ok[[2]string{d.WebhookID, d.EventID}] = true
+		}
+		for _, i := range idx {
+			if ok[[2]string{jobs[i].WebhookID, jobs[i].EventID}] {
+				out[i] = DeliveryDelivered
+			} else {
+				errs = append(errs, fmt.Errorf("finish delivery of %s to %s: %w", jobs[i].EventID, jobs[i].WebhookID, ErrLeaseLost))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func slicesSortCompact(xs *[]string) {
+	sort.Strings(*xs)
+	*xs = slices.Compact(*xs)
+}

@@ -426,3 +426,44 @@ func TestWebhookClaimConcurrentPostgres(t *testing.T) {
 	}
 	_ = sessions
 }
+
+// TestWebhookFinishBatch: a batch's accepted deliveries are recorded
+// together, failures one by one, and a delivery whose lease was taken over
+// is left to its new holder.
+func TestWebhookFinishBatch(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		clock := newClock(s)
+		newHook(t, s)
+		for range 3 {
+			storetest.Session(ctx, t, s, nil)
+		}
+		enqueue(t, s)
+		jobs, err := s.ClaimWebhookDeliveries(ctx, 10, time.Minute)
+		if err != nil || len(jobs) != 3 {
+			t.Fatalf("claimed %d, %v", len(jobs), err)
+		}
+		// The third one's lease expires and another dispatcher takes it.
+		if err := s.DB.Exec(`UPDATE webhook_deliveries SET lease_expires_at = ? WHERE event_id = ?`,
+			models.NewUTCTime(clock.Now().Add(-time.Second)), jobs[2].EventID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := s.RescueWebhookDeliveries(ctx); n != 1 {
+			t.Fatalf("rescued %d", n)
+		}
+		again, _ := s.ClaimWebhookDeliveries(ctx, 10, time.Minute)
+		if len(again) != 1 {
+			t.Fatalf("reclaimed %d", len(again))
+		}
+		sts, err := s.FinishWebhookDeliveries(ctx, jobs, []models.DeliveryResult{{StatusCode: 200}, {StatusCode: 502}, {StatusCode: 200}}, models.WebhookPolicy{})
+		if !errors.Is(err, models.ErrLeaseLost) {
+			t.Fatalf("err = %v, want the lost lease reported", err)
+		}
+		if sts[0] != models.DeliveryDelivered || sts[1] != models.DeliveryPending || sts[2] != "" {
+			t.Fatalf("statuses = %v", sts)
+		}
+		if st, err := s.FinishWebhookDelivery(ctx, again[0], models.DeliveryResult{StatusCode: 201}, models.WebhookPolicy{}); err != nil || st != models.DeliveryDelivered {
+			t.Fatalf("the new holder's finish = %v, %v", st, err)
+		}
+	})
+}

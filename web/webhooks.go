@@ -46,7 +46,13 @@ type Dispatcher struct {
 func (d *Dispatcher) defaults() {
 	d.Policy = d.Policy.WithDefaults()
 	if d.Client == nil {
+		// Idle connections are kept per receiver for every parallel
+		// sender, so that deliveries reuse connections instead of opening
+		// one each (the default keeps two).
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = max(d.Parallel, 8)
 		d.Client = &http.Client{
+			Transport:     tr,
 			Timeout:       d.Policy.Timeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
@@ -105,40 +111,42 @@ func (d *Dispatcher) Pass(ctx context.Context) (PassReport, error) {
 }
 
 func (d *Dispatcher) sendAll(ctx context.Context, jobs []models.DeliveryJob, r *PassReport) {
+	results := make([]models.DeliveryResult, len(jobs))
 	var (
-		mu  sync.Mutex
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, d.Parallel)
 	)
-	for _, job := range jobs {
+	for i, job := range jobs {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			res := d.send(ctx, job)
-			// The outcome is recorded even when ctx ends (a shutdown), so
-			// that a delivery that was made is not sent again needlessly.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			st, err := d.Store.FinishWebhookDelivery(fctx, job, res, d.Policy)
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				d.Log.Warn("webhook delivery not recorded", "webhook", job.WebhookID, "event", job.EventID, "err", err)
-			case st == models.DeliveryDelivered:
-				r.Delivered++
-			case st == models.DeliveryFailed:
-				r.Failed++
-				d.Log.Error("webhook delivery failed for good", "webhook", job.WebhookID, "event", job.EventID,
-					"attempts", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
-			default:
-				r.Retrying++
-				d.Log.Info("webhook delivery will be retried", "webhook", job.WebhookID, "event", job.EventID,
-					"attempt", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
-			}
+			results[i] = d.send(ctx, job)
 		})
 	}
 	wg.Wait()
+	// The outcomes are recorded even when ctx ends (a shutdown), so that
+	// deliveries that were made are not sent again needlessly.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	sts, err := d.Store.FinishWebhookDeliveries(fctx, jobs, results, d.Policy)
+	if err != nil {
+		d.Log.Warn("webhook deliveries not all recorded", "err", err)
+	}
+	for i, st := range sts {
+		job, res := jobs[i], results[i]
+		switch st {
+		case models.DeliveryDelivered:
+			r.Delivered++
+		case models.DeliveryFailed:
+			r.Failed++
+			d.Log.Error("webhook delivery failed for good", "webhook", job.WebhookID, "event", job.EventID,
+				"attempts", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
+		case models.DeliveryPending:
+			r.Retrying++
+			d.Log.Info("webhook delivery will be retried", "webhook", job.WebhookID, "event", job.EventID,
+				"attempt", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
+		}
+	}
 }
 
 // send POSTs one delivery, signed per the Standard Webhooks specification.
