@@ -111,11 +111,19 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		}
 		t0 := time.Now()
 		for ctx.Err() == nil {
+			// Drained: every event is numbered, enqueued and delivered.
+			if _, err := s.SequenceFeed(ctx); err != nil {
+				return err
+			}
+			n, _, err := s.EnqueueWebhookDeliveries(ctx, models.MaxFeedLimit)
+			if err != nil {
+				return err
+			}
 			ws, err := s.ListWebhooks(ctx)
 			if err != nil {
 				return err
 			}
-			if len(ws) == 1 && ws[0].Pending == 0 && ws[0].Failed == 0 {
+			if n == 0 && len(ws) == 1 && ws[0].Pending == 0 && ws[0].Failed == 0 {
 				break
 			}
 			if time.Since(t0) > 5*time.Minute {
