@@ -15,8 +15,10 @@ package models
 // committed, from a sequencer, as event stores do it (Marten's high-water
 // mark daemon, Postgres outboxes):
 //
-//   - The write path is unchanged: it inserts events with feed_pos NULL and
-//     costs no extra round trip. After a commit that appended events, Write
+//   - The write path inserts events with feed_pos NULL (and, on PostgreSQL,
+//     its transaction id in feed_xid, which bounds the sequencer's scan:
+//     see sequencePostgres), in the same statement as before: no extra
+//     statement, no extra round trip. After a commit that appended events, Write
 //     kicks the sequencer with a non-blocking send on a channel (bursts
 //     coalesce into one kick).
 //   - SequenceFeed, run by one goroutine per server process (RunSequencer),
@@ -52,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -173,7 +176,7 @@ type feedRow struct {
 // committed and numbered. One probe of the unique index.
 func (s *Store) feedHigh(db *gorm.DB) (int64, error) {
 	var hi *int64
-	if err := db.Raw(`SELECT max(feed_pos) FROM events`).Scan(&hi).Error; err != nil {
+	if err := db.Raw(`SELECT max(feed_pos) FROM events WHERE feed_pos IS NOT NULL`).Scan(&hi).Error; err != nil {
 		return 0, fmt.Errorf("feed: high-water mark: %w", err)
 	}
 	if hi == nil {
@@ -296,6 +299,19 @@ type feedState struct {
 	once   sync.Once
 	kick   chan struct{}
 	signal signal
+	// horizon is the lower bound of feed_xid of the events still pending
+	// (PostgreSQL; see sequencePostgres). 0 scans them all.
+	horizon atomic.Int64
+	// batches and numbered count the non-empty batches of this process's
+	// sequencer and the events they numbered (FeedSequencerStats).
+	batches, numbered atomic.Int64
+}
+
+// FeedSequencerStats returns how many non-empty batches this process's
+// sequencer committed and how many events they numbered: each batch is one
+// round trip on PostgreSQL.
+func (s *Store) FeedSequencerStats() (batches, events int64) {
+	return s.feed.batches.Load(), s.feed.numbered.Load()
 }
 
 func (f *feedState) kicks() chan struct{} {
@@ -340,26 +356,49 @@ func (g *signal) fire() {
 	}
 }
 
-// The sequencing statement: number the pending committed events from
-// max(feed_pos)+1, ordered by the running maximum of created_at within the
-// session (clock skew between processes cannot reorder a session), then
-// session and seq. LIMIT keeps every session's numbered events a prefix of
-// its pending ones, since that order follows seq within a session.
-var feedNumbered = `pending AS (
+// feedNumbered is the sequencing statement's core: number the pending
+// committed events from max(feed_pos)+1, ordered by the running maximum of
+// created_at within the session (clock skew between processes cannot
+// reorder a session), then session and seq. LIMIT keeps every session's
+// numbered events a prefix of its pending ones, since that order follows seq
+// within a session. pendingBound narrows the scan of the pending rows (see
+// sequencePostgres).
+func feedNumbered(pendingBound string) string {
+	return `pending AS (
 	SELECT id, session_id, seq, max(created_at) OVER (PARTITION BY session_id ORDER BY seq) AS t
-	FROM events WHERE feed_pos IS NULL
+	FROM events WHERE feed_pos IS NULL` + pendingBound + `
 ), numbered AS (
-	SELECT id, (SELECT coalesce(max(feed_pos), 0) FROM events)
+	SELECT id, (SELECT coalesce(max(feed_pos), 0) FROM events WHERE feed_pos IS NOT NULL)
 	       + row_number() OVER (ORDER BY t, session_id, seq) AS pos
 	FROM pending ORDER BY t, session_id, seq LIMIT ` + strconv.Itoa(feedBatch) + `
 )`
+}
 
-var sequencePostgres = `WITH ` + feedNumbered + `, upd AS (
+// sequencePostgres numbers a batch and, when it numbered any, notifies
+// FeedChannel ($1) with the highest position; the notice is delivered at
+// commit. It also returns the xmin of its snapshot, the next pass's bound.
+//
+// Why the bound: an event row is inserted with feed_pos NULL and numbered by
+// an UPDATE, which on PostgreSQL leaves the old row version, and its entry in
+// the pending index, behind until VACUUM. Scanning "feed_pos IS NULL" would
+// walk every such dead entry since the last vacuum, on every pass. So the
+// write path stores the writing transaction's id in feed_xid, the pending
+// index is on feed_xid, and a pass scans only feed_xid >= $2, the xmin of the
+// previous pass's snapshot: every transaction below it had ended before that
+// pass, so its events were visible to it and numbered then (unless the batch
+// was full, in which case the bound does not move). Rows without feed_xid
+// (written by anything but the write path) are always scanned.
+var sequencePostgres = `WITH ` + feedNumbered(` AND (feed_xid >= $2 OR feed_xid IS NULL)`) + `, upd AS (
 	UPDATE events e SET feed_pos = n.pos FROM numbered n WHERE e.id = n.id RETURNING e.feed_pos
+), agg AS (
+	SELECT count(*) AS n, coalesce(max(feed_pos), 0) AS top FROM upd
 )
-SELECT count(*), coalesce(max(feed_pos), 0) FROM upd`
+SELECT n, top, (SELECT count(*) FROM (SELECT pg_notify($1, top::text) FROM agg WHERE n > 0) x) AS notified,
+	pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon FROM agg`
 
-var sequenceSQLite = `WITH ` + feedNumbered + `
+// sequenceSQLite is the same without the bound: SQLite updates rows in
+// place, so its pending index holds only pending rows.
+var sequenceSQLite = `WITH ` + feedNumbered("") + `
 UPDATE events SET feed_pos = n.pos FROM numbered n WHERE events.id = n.id`
 
 // SequenceFeed gives feed positions to every committed event that has none
@@ -373,6 +412,8 @@ func (s *Store) SequenceFeed(ctx context.Context) (int, error) {
 		n, err := s.sequenceOnce(ctx)
 		total += n
 		if n > 0 {
+			s.feed.batches.Add(1)
+			s.feed.numbered.Add(int64(n))
 			s.wakeFeed()
 		}
 		if err != nil || n < feedBatch {
@@ -394,24 +435,29 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 		}
 		return int(n), nil
 	}
-	var n, top int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Blocking: a sequencer that waits here then numbers what the other
-		// one left, from where it stopped.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(feedLockKey)); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, sequencePostgres).Scan(&n, &top); err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, FeedChannel, strconv.FormatInt(top, 10))
-		return err
+	// One round trip: the lock and the statement travel as one pipeline,
+	// which PostgreSQL runs as one implicit transaction (one Sync), so the
+	// lock is held until the positions and the notice commit. Blocking: a
+	// sequencer that waits for the lock then runs its statement on a fresh
+	// snapshot and numbers what the other one left, from where it stopped.
+	var b pgx.Batch
+	b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(feedLockKey))
+	var n, top, notified, horizon int64
+	b.Queue(sequencePostgres, FeedChannel, s.feed.horizon.Load()).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&n, &top, &notified, &horizon)
 	})
-	if err != nil {
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return 0, fmt.Errorf("feed: sequence: %w", err)
+	}
+	if n < feedBatch {
+		// Another sequencer may have moved it further meanwhile; the
+		// larger bound is as safe and scans less.
+		for {
+			cur := s.feed.horizon.Load()
+			if horizon <= cur || s.feed.horizon.CompareAndSwap(cur, horizon) {
+				break
+			}
+		}
 	}
 	return int(n), nil
 }

@@ -3,6 +3,7 @@ package models_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -78,9 +79,27 @@ func TestFeedExactlyOnceUnderLateCommits(t *testing.T) {
 		writers  = 16
 		commands = 40 // per writer, on its own session, after creating it
 	)
+	// Two sequencers, as two server processes run them: they take turns.
+	other, err := models.Open(ctx, s.URL(), models.OpenOpts{Logger: slog.New(slog.DiscardHandler), MaxOpenConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
 	seqCtx, stopSeq := context.WithCancel(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.RunSequencer(seqCtx, 50*time.Millisecond) })
+	// The other one sequences in a tight loop, so the two often collide:
+	// without the lock they would compute the same positions, and one
+	// would fail on the unique index (or renumber the other's rows).
+	bg.Go(func() {
+		for seqCtx.Err() == nil {
+			if _, err := other.SequenceFeed(seqCtx); err != nil && seqCtx.Err() == nil {
+				t.Errorf("second sequencer: %v", err)
+				return
+			}
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+		}
+	})
 
 	var (
 		writing atomic.Bool
@@ -166,6 +185,13 @@ func TestFeedExactlyOnceUnderLateCommits(t *testing.T) {
 	}
 	if want := writers * (commands + 1); len(committed) != want {
 		t.Fatalf("%d events committed; want %d", len(committed), want)
+	}
+	var pos struct{ N, Lo, Hi int64 }
+	if err := s.DB.WithContext(ctx).Raw(`SELECT count(feed_pos) AS n, min(feed_pos) AS lo, max(feed_pos) AS hi FROM events`).Scan(&pos).Error; err != nil {
+		t.Fatal(err)
+	}
+	if pos.N != int64(len(committed)) || pos.Lo != 1 || pos.Hi != pos.N {
+		t.Errorf("feed positions: %d numbered from %d to %d; want 1..%d", pos.N, pos.Lo, pos.Hi, len(committed))
 	}
 	seen := map[string]int{}
 	lastSeq := map[string]int64{}

@@ -428,7 +428,9 @@ const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goa
 	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?
 	WHERE id = ? AND state_version = ?`
 
-const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at)`
+// feed_xid is the writing transaction's id on PostgreSQL (NULL on SQLite), for
+// the feed's sequencer (models/feed.go); feed_pos is left NULL for it.
+const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at, feed_xid)`
 
 // appendEvent queues the projection write (an insert, or an update
 // conditional on the version read) and the event. On PostgreSQL the two are
@@ -487,8 +489,8 @@ var (
 	insertSession = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
 	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz)`
+	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`
+	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz, pg_current_xact_id()::text::bigint)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
 	updateSessionWithEvent = `WITH w AS (` + updateSessionSet + ` RETURNING id) ` + withEvent
 )

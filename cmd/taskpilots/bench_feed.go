@@ -26,11 +26,13 @@ import (
 type feedBenchOpts struct {
 	sequencer bool
 	readers   int
+	follow    bool
 }
 
 func feedBenchFlags(fs *flag.FlagSet, o *feedBenchOpts) {
 	fs.BoolVar(&o.sequencer, "sequencer", true, "run the event feed's sequencer, as serve does")
-	fs.IntVar(&o.readers, "feed-readers", 0, "readers scanning the event feed from its start over and over (plus one live follower) while the lifecycles run; needs --sequencer")
+	fs.IntVar(&o.readers, "feed-readers", 0, "readers scanning the event feed from its start over and over while the lifecycles run (db statements per lifecycle then count their reads too)")
+	fs.BoolVar(&o.follow, "feed-follow", false, "one reader following the end of the feed with long polls, measuring the lag from write to read")
 }
 
 // feedPager reads one page of the feed through one API.
@@ -60,12 +62,13 @@ func httpFeed(c *client.Client) feedPager {
 
 // feedBenchResult is what the feed's readers measured.
 type feedBenchResult struct {
-	scanned  atomic.Int64 // events read by the scanning readers
-	scans    atomic.Int64 // full scans finished
-	followed int64        // events the live follower received
-	lag      []time.Duration
-	firstErr error
-	mu       sync.Mutex
+	batches, numbered int64        // the sequencer's, during the run
+	scanned           atomic.Int64 // events read by the scanning readers
+	scans             atomic.Int64 // full scans finished
+	followed          int64        // events the live follower received
+	lag               []time.Duration
+	firstErr          error
+	mu                sync.Mutex
 }
 
 func (r *feedBenchResult) fail(err error) {
@@ -83,29 +86,38 @@ func startFeedBench(ctx context.Context, s *models.Store, o feedBenchOpts, read 
 	var wg sync.WaitGroup
 	res := &feedBenchResult{}
 	if o.sequencer {
+		// Events left unnumbered by an earlier run without the sequencer
+		// are numbered before the clock starts, so that this run measures
+		// the steady state.
+		if _, err := s.SequenceFeed(ctx); err != nil {
+			res.fail(fmt.Errorf("feed backlog: %w", err))
+		}
+	}
+	b0, n0 := s.FeedSequencerStats()
+	if o.sequencer {
 		wg.Go(func() { s.RunSequencer(ctx, time.Second) })
 	}
-	if o.sequencer && o.readers > 0 {
-		for range o.readers {
-			wg.Go(func() {
-				after := ""
-				for ctx.Err() == nil {
-					created, next, err := read(ctx, after, models.MaxFeedLimit, 0)
-					if err != nil {
-						if ctx.Err() == nil {
-							res.fail(fmt.Errorf("feed scan: %w", err))
-						}
-						return
+	for range o.readers {
+		wg.Go(func() {
+			after := ""
+			for ctx.Err() == nil {
+				created, next, err := read(ctx, after, models.MaxFeedLimit, 0)
+				if err != nil {
+					if ctx.Err() == nil {
+						res.fail(fmt.Errorf("feed scan: %w", err))
 					}
-					res.scanned.Add(int64(len(created)))
-					after = next
-					if len(created) < models.MaxFeedLimit {
-						res.scans.Add(1)
-						after = "" // at the end: start over
-					}
+					return
 				}
-			})
-		}
+				res.scanned.Add(int64(len(created)))
+				after = next
+				if len(created) < models.MaxFeedLimit {
+					res.scans.Add(1)
+					after = "" // at the end: start over
+				}
+			}
+		})
+	}
+	if o.sequencer && o.follow {
 		wg.Go(func() {
 			// Events committed before the run (by a run without the
 			// sequencer, say) are numbered now and told late; they are not
@@ -134,6 +146,8 @@ func startFeedBench(ctx context.Context, s *models.Store, o feedBenchOpts, read 
 	return func() *feedBenchResult {
 		cancel()
 		wg.Wait()
+		b1, n1 := s.FeedSequencerStats()
+		res.batches, res.numbered = b1-b0, n1-n0
 		return res
 	}
 }
@@ -141,6 +155,8 @@ func startFeedBench(ctx context.Context, s *models.Store, o feedBenchOpts, read 
 // feedReport is the feed's part of benchReport.
 type feedReport struct {
 	Sequencer         bool    `json:"sequencer"`
+	SequencerBatches  int64   `json:"sequencer_batches"`
+	SequencerEvents   int64   `json:"sequencer_events"`
 	FeedReaders       int     `json:"feed_readers"`
 	FeedScannedEvents int64   `json:"feed_scanned_events"`
 	FeedScanPerSec    float64 `json:"feed_scan_events_per_sec"`
@@ -152,7 +168,7 @@ type feedReport struct {
 
 func summariseFeed(o feedBenchOpts, r *feedBenchResult, elapsed time.Duration) feedReport {
 	return feedReport{
-		Sequencer: o.sequencer, FeedReaders: o.readers,
+		Sequencer: o.sequencer, SequencerBatches: r.batches, SequencerEvents: r.numbered, FeedReaders: o.readers,
 		FeedScannedEvents: r.scanned.Load(), FeedScanPerSec: round3(float64(r.scanned.Load()) / elapsed.Seconds()),
 		FeedFullScans: r.scans.Load(), FeedFollowed: r.followed,
 		FeedLagP50Ms: pct(r.lag, 0.50), FeedLagP99Ms: pct(r.lag, 0.99),
@@ -161,9 +177,15 @@ func summariseFeed(o feedBenchOpts, r *feedBenchResult, elapsed time.Duration) f
 
 func printFeedBench(w io.Writer, r feedReport, res *feedBenchResult) {
 	fmt.Fprintf(w, "feed sequencer %v", r.Sequencer)
+	if r.SequencerBatches > 0 {
+		fmt.Fprintf(w, " (%d batches, %d events, %.1f events per batch)", r.SequencerBatches, r.SequencerEvents,
+			float64(r.SequencerEvents)/float64(r.SequencerBatches))
+	}
 	if r.FeedReaders > 0 {
-		fmt.Fprintf(w, "; %d readers scanned %d events (%.0f/s, %d full scans); the follower got %d events, lag p50 %.2f ms, p99 %.2f ms",
-			r.FeedReaders, r.FeedScannedEvents, r.FeedScanPerSec, r.FeedFullScans, r.FeedFollowed, r.FeedLagP50Ms, r.FeedLagP99Ms)
+		fmt.Fprintf(w, "; %d readers scanned %d events (%.0f/s, %d full scans)", r.FeedReaders, r.FeedScannedEvents, r.FeedScanPerSec, r.FeedFullScans)
+	}
+	if r.FeedFollowed > 0 {
+		fmt.Fprintf(w, "; the follower got %d events, lag p50 %.2f ms, p99 %.2f ms", r.FeedFollowed, r.FeedLagP50Ms, r.FeedLagP99Ms)
 	}
 	fmt.Fprintln(w)
 	if res.firstErr != nil {
