@@ -12,7 +12,7 @@ RACE_PKGS ?= ./models ./handlers ./web ./client
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: help build run test test-go test-race generate check bench fuzz pg pg-stop clean
+.PHONY: help build run test test-go test-race generate check bench fuzz pg pg-stop clean npm-deps
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -23,15 +23,24 @@ build: ## build bin/taskpilots
 run: ## start the console with demo data on ./data/taskpilots.db
 	$(GO) run ./cmd/taskpilots serve
 
-test: ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_PKGS)
+test: npm-deps ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_PKGS)
 	scripts/test-postgres.sh $(MAKE) --no-print-directory test-go
+
+# The webhook tests check our signatures with an independent implementation,
+# the standardwebhooks npm package, pinned in $(WEBHOOKS_VERIFY)'s
+# package-lock.json; npm ci runs again only when the lock file changes.
+WEBHOOKS_VERIFY := web/testdata/webhooks-verify
+npm-deps: $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json ## install the npm package the webhook tests verify with
+$(WEBHOOKS_VERIFY)/node_modules/.package-lock.json: $(WEBHOOKS_VERIFY)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js) is required: the webhook tests verify signatures with the standardwebhooks npm package" >&2; exit 1; }
+	cd $(WEBHOOKS_VERIFY) && npm ci --no-audit --no-fund
 
 # test-go expects TASKPILOTS_TEST_DATABASE_URL to answer; `make test` sees to it.
 test-go:
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 $(RACE_PKGS)
 
-test-race: ## only the -race run
+test-race: npm-deps ## only the -race run
 	scripts/test-postgres.sh $(GO) test -race -count=1 $(RACE_PKGS)
 
 generate: ## regenerate templ components (commit the *_templ.go files)

@@ -77,6 +77,7 @@ var (
 	readAPI  = func(ok int) access { return apiAccess(ok, ok, ok) }
 	ctlAPI   = func(ok int) access { return apiAccess(ok, 403, ok) }
 	workAPI  = func(ok int) access { return apiAccess(403, ok, ok) }
+	adminAPI = func(ok int) access { return apiAccess(403, 403, ok) }
 	reviewed = func(ok int) access { return pageAccess(403, ok, ok) }
 	admins   = func(ok int) access { return pageAccess(403, 403, ok) }
 )
@@ -168,6 +169,20 @@ var accessMatrix = map[string]routeCase{
 
 	// The event feed: controllers and admins.
 	"GET /api/v1/events": {want: ctlAPI(200)},
+
+	// Webhooks: admin tokens on the API, admins in the console.
+	"POST /api/v1/webhooks":                                           {want: adminAPI(422)},
+	"GET /api/v1/webhooks":                                            {want: adminAPI(200)},
+	"DELETE /api/v1/webhooks/:id":                                     {path: "/api/v1/webhooks/whk_missing", want: adminAPI(404)},
+	"POST /api/v1/webhooks/:id/rotate-secret":                         {path: "/api/v1/webhooks/whk_missing/rotate-secret", want: adminAPI(404)},
+	"GET /api/v1/webhooks/:id/deliveries":                             {path: "/api/v1/webhooks/whk_missing/deliveries", want: adminAPI(404)},
+	"POST /api/v1/webhooks/:id/deliveries/:event_id/redeliver":        {path: "/api/v1/webhooks/whk_missing/deliveries/evt_missing/redeliver", want: adminAPI(404)},
+	"GET /console/admin/webhooks":                                     {want: admins(200)},
+	"POST /console/admin/webhooks":                                    {want: formAccess(403, 403, 422)},
+	"GET /console/admin/webhooks/:id":                                 {path: "/console/admin/webhooks/whk_missing", want: admins(404)},
+	"POST /console/admin/webhooks/:id/delete":                         {path: "/console/admin/webhooks/whk_missing/delete", want: formAccess(403, 403, 404)},
+	"POST /console/admin/webhooks/:id/rotate-secret":                  {path: "/console/admin/webhooks/whk_missing/rotate-secret", want: formAccess(403, 403, 404)},
+	"POST /console/admin/webhooks/:id/deliveries/:event_id/redeliver": {path: "/console/admin/webhooks/whk_missing/deliveries/evt_missing/redeliver", want: formAccess(403, 403, 404)},
 }
 
 // matrixEnv is a server with one browser per user role and one token per

@@ -64,6 +64,14 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/routes/:step/drain", a.drainRoute, a.auth(controllerRoles...))
 	// The event feed (controllers follow what happened).
 	g.GET("/events", a.listFeed, a.auth(controllerRoles...))
+
+	// Webhooks: admin tokens only (auth with no roles admits admins alone).
+	g.POST("/webhooks", a.createWebhook, a.auth())
+	g.GET("/webhooks", a.listWebhooks, a.auth())
+	g.DELETE("/webhooks/:id", a.deleteWebhook, a.auth())
+	g.POST("/webhooks/:id/rotate-secret", a.rotateWebhookSecret, a.auth())
+	g.GET("/webhooks/:id/deliveries", a.listDeliveries, a.auth())
+	g.POST("/webhooks/:id/deliveries/:event_id/redeliver", a.redeliver, a.auth())
 }
 
 // tokenKey is where auth leaves the caller's token in the echo context.

@@ -9,7 +9,7 @@ import (
 
 // reviewAdminRoutes registers the reviewers' and the admins' console:
 // the review queue, rubric and statistics (reviewers and admins), the audit
-// trail with its exports, verification, users, API tokens and the admin log
+// trail with its exports, verification, users, API tokens, webhooks and the admin log
 // (admins), and the metrics dashboard (admins and reviewers).
 func reviewAdminRoutes(e *echo.Echo, s *models.Store, cfg Config) {
 	reviewers := handlers.RequireUser(models.RoleReviewer)
@@ -46,4 +46,11 @@ func reviewAdminRoutes(e *echo.Echo, s *models.Store, cfg Config) {
 	e.GET("/console/admin/tokens", handlers.AdminTokens(s), admins)
 	e.POST("/console/admin/tokens", handlers.AdminCreateToken(s), admins)
 	e.POST("/console/admin/tokens/:id/revoke", handlers.AdminRevokeToken(s), admins)
+
+	e.GET("/console/admin/webhooks", handlers.AdminWebhooks(s), admins)
+	e.POST("/console/admin/webhooks", handlers.AdminCreateWebhook(s), admins)
+	e.GET("/console/admin/webhooks/:id", handlers.AdminWebhook(s), admins)
+	e.POST("/console/admin/webhooks/:id/delete", handlers.AdminDeleteWebhook(s), admins)
+	e.POST("/console/admin/webhooks/:id/rotate-secret", handlers.AdminRotateWebhook(s), admins)
+	e.POST("/console/admin/webhooks/:id/deliveries/:event_id/redeliver", handlers.AdminRedeliverWebhook(s), admins)
 }

@@ -57,6 +57,10 @@ type Config struct {
 	// Reviews configures the review queue: the share of items scored twice
 	// (default 10%) and how long a claim for review lasts (default 30 min).
 	Reviews models.ReviewPolicy
+	// WebhookEvery is the period of the webhook dispatcher's passes;
+	// default 1s. Webhooks sets delivery timeouts and retries.
+	WebhookEvery time.Duration
+	Webhooks     models.WebhookPolicy
 }
 
 // Defaults.
@@ -96,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.WebhookEvery <= 0 {
+		c.WebhookEvery = time.Second
 	}
 	return c
 }
@@ -187,9 +194,9 @@ func isHTTPS(r *http.Request, trustProxy bool) bool {
 }
 
 // Serve runs the server until ctx is done, with the background loops:
-// maintenance (lease rescue, timers), the event feed's sequencer and, on
-// PostgreSQL, the LISTEN loop that wakes long polls when other processes
-// queue work or sequence events.
+// maintenance (lease rescue, timers), the event feed's sequencer, the
+// webhook dispatcher and, on PostgreSQL, the LISTEN loop that wakes long
+// polls when other processes queue work or sequence events.
 func Serve(ctx context.Context, s *models.Store, cfg Config) error {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
@@ -224,6 +231,10 @@ func Serve(ctx context.Context, s *models.Store, cfg Config) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { maintainLoop(bg, s, cfg.MaintainEvery, log) })
 	wg.Go(func() { s.RunSequencer(bg, time.Second) })
+	wg.Go(func() {
+		d := &Dispatcher{Store: s, Policy: cfg.Webhooks, Log: log}
+		d.Run(bg, cfg.WebhookEvery)
+	})
 	if s.Dialect == models.Postgres {
 		wg.Go(func() {
 			if err := s.Listen(bg); err != nil {

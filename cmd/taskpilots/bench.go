@@ -44,6 +44,9 @@ type benchOpts struct {
 	wait        int
 	ownQueues   bool
 	feed        feedBenchOpts
+	// webhookRounds > 0 compares the write path without and with one
+	// active webhook (bench_webhook.go).
+	webhookRounds int
 }
 
 func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
@@ -60,6 +63,7 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	fs.IntVar(&o.wait, "wait", 5, "long-poll seconds of each lease")
 	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
 	feedBenchFlags(fs, &o.feed)
+	fs.IntVar(&o.webhookRounds, "webhook-rounds", 0, "if set, run this many rounds of --duration each without and with one active webhook (receiver on localhost) and compare")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots bench --database-url URL --mode http|inproc --workers N --duration D [--json]\n\n"+
 			"Migrates the database, creates its own tokens and sessions, and runs full\n"+
@@ -311,6 +315,9 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintf(env.stderr, "bench: %s mode, %d workers, %s, %s database, queue %s\n", o.mode, o.workers, o.duration, s.Dialect, queue)
+	if o.webhookRounds > 0 {
+		return runBenchWebhook(ctx, env, o, s, lc, queue, quiet)
+	}
 
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()

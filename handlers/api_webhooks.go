@@ -1,0 +1,109 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/taskpilots/handoff/models"
+)
+
+// Webhooks (API.md "Webhooks"): admin tokens only.
+
+// webhookCreated is the answer to POST /webhooks; the secret is shown once.
+type webhookCreated struct {
+	ID     string `json:"id"`
+	Secret string `json:"secret"`
+}
+
+// secretRotated is the answer to POST /webhooks/{id}/rotate-secret.
+type secretRotated struct {
+	ID     string `json:"id"`
+	Secret string `json:"secret"`
+	// OldSecretSignsUntil is when deliveries stop carrying a signature made
+	// with the previous secret.
+	OldSecretSignsUntil models.UTCTime `json:"old_secret_signs_until"`
+}
+
+type webhookList struct {
+	Webhooks []models.WebhookView `json:"webhooks"`
+}
+
+type deliveryList struct {
+	Deliveries []models.Delivery `json:"deliveries"`
+}
+
+// createWebhook serves POST /webhooks.
+func (a *API) createWebhook(c echo.Context) error {
+	var in models.WebhookInput
+	if _, err := bind(c, &in, func() error { return in.Validate() }); err != nil {
+		return err
+	}
+	w, secret, err := a.Store.CreateWebhook(c.Request().Context(), actor(c), in)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/webhooks/"+w.ID)
+	return c.JSON(http.StatusCreated, webhookCreated{ID: w.ID, Secret: secret})
+}
+
+// listWebhooks serves GET /webhooks (no secrets).
+func (a *API) listWebhooks(c echo.Context) error {
+	ws, err := a.Store.ListWebhooks(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, webhookList{Webhooks: ws})
+}
+
+// deleteWebhook serves DELETE /webhooks/{id}.
+func (a *API) deleteWebhook(c echo.Context) error {
+	if err := a.Store.DeleteWebhook(c.Request().Context(), actor(c), c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// noFields is the body of the POSTs that take no input: an empty object,
+// like every POST of the API, so that unknown fields are still refused.
+type noFields struct{}
+
+// rotateWebhookSecret serves POST /webhooks/{id}/rotate-secret.
+func (a *API) rotateWebhookSecret(c echo.Context) error {
+	var in noFields
+	if _, err := bind(c, &in, nil); err != nil {
+		return err
+	}
+	id := c.Param("id")
+	secret, until, err := a.Store.RotateWebhookSecret(c.Request().Context(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, secretRotated{ID: id, Secret: secret, OldSecretSignsUntil: until})
+}
+
+// listDeliveries serves GET /webhooks/{id}/deliveries?limit=N.
+func (a *API) listDeliveries(c echo.Context) error {
+	v := &models.ValidationError{}
+	limit := queryInt(c, "limit", models.DefaultDeliveriesLimit, 1, models.MaxDeliveriesLimit, v)
+	if err := v.Err(); err != nil {
+		return err
+	}
+	ds, err := a.Store.ListWebhookDeliveries(c.Request().Context(), c.Param("id"), int(limit))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, deliveryList{Deliveries: ds})
+}
+
+// redeliver serves POST /webhooks/{id}/deliveries/{event_id}/redeliver.
+func (a *API) redeliver(c echo.Context) error {
+	var in noFields
+	if _, err := bind(c, &in, nil); err != nil {
+		return err
+	}
+	if err := a.Store.RedeliverWebhook(c.Request().Context(), actor(c), c.Param("id"), c.Param("event_id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusAccepted)
+}

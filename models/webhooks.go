@@ -1,0 +1,837 @@
+package models
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// Webhooks (API.md "Webhooks"): an admin registers a URL and the event
+// types it wants; every matching committed event is POSTed to it, signed per
+// the Standard Webhooks specification, at least once, in each session's seq
+// order (DESIGN.md invariant 11).
+//
+// Webhooks are built on the event feed, never on the write path: the write
+// path does not know they exist. A dispatcher (web.Dispatcher) repeats:
+//
+//  1. EnqueueWebhookDeliveries: for each webhook, read the feed after the
+//     webhook's cursor and insert one delivery row per matching event, in the
+//     transaction that moves the cursor (a compare-and-set on the old cursor,
+//     so two replicas never both enqueue a page: the loser's insert rolls
+//     back). The feed hands out events in commit order, so the cursor never
+//     skips an event that commits late.
+//  2. RescueWebhookDeliveries: deliveries whose lease expired (a dispatcher
+//     died mid-delivery) become pending again, like the lease rescue.
+//  3. ClaimWebhookDeliveries: one statement claims due deliveries (FOR
+//     UPDATE SKIP LOCKED on PostgreSQL) and leases them; a delivery is due
+//     only when no earlier seq of its session is still pending or sending
+//     for that webhook, which is what keeps each session's order.
+//  4. FinishWebhookDelivery records the attempt: delivered, or pending again
+//     after an exponential backoff with jitter, or failed once the retries
+//     have run for GiveUpAfter (24 h by default). Only the holder of the
+//     lease can finish, so a rescued delivery's late answer changes nothing.
+//
+// A delivery's states:
+//
+//	pending --claim--> sending --2xx--> delivered
+//	   ^                  |  \--error, within GiveUpAfter--> pending
+//	   |                  |   \-error, after GiveUpAfter---> failed
+//	   +--lease expired---+
+//	delivered | failed --redeliver--> pending
+
+// DeliveryStatus is the state of one webhook delivery.
+type DeliveryStatus string
+
+// The delivery states.
+const (
+	DeliveryPending   DeliveryStatus = "pending"
+	DeliverySending   DeliveryStatus = "sending"
+	DeliveryDelivered DeliveryStatus = "delivered"
+	DeliveryFailed    DeliveryStatus = "failed"
+)
+
+// Admin actions on webhooks, recorded in the admin audit log.
+const (
+	AdminWebhookCreate     = "webhook.create"
+	AdminWebhookDelete     = "webhook.delete"
+	AdminWebhookRotate     = "webhook.rotate_secret"
+	AdminWebhookRedeliver  = "webhook.redeliver"
+	webhookSecretPrefix    = "whsec_"
+	webhookSecretBytes     = 32
+	maxWebhookURLLen       = 2000
+	maxWebhookDescription  = 500
+	DefaultDeliveriesLimit = 50
+	MaxDeliveriesLimit     = 500
+)
+
+// WebhookRotationGrace is how long the previous secret keeps signing
+// deliveries after a rotation, so receivers can switch without losing any.
+const WebhookRotationGrace = 24 * time.Hour
+
+// WebhookPolicy is how deliveries are sent and retried. The zero value gets
+// the defaults documented on each field.
+type WebhookPolicy struct {
+	// Timeout bounds one delivery request; default 10 s.
+	Timeout time.Duration
+	// BaseDelay is the first retry's delay, doubled per attempt up to
+	// MaxDelay; each delay is then jittered to between half and all of it.
+	// Defaults 5 s and 1 h.
+	BaseDelay time.Duration
+	MaxDelay  time.Duration
+	// GiveUpAfter is how long after it was queued a delivery is retried
+	// before it is marked failed; default 24 h.
+	GiveUpAfter time.Duration
+	// Lease is how long a claimed delivery is held before another
+	// dispatcher may take it over; default Timeout + 30 s.
+	Lease time.Duration
+}
+
+// WithDefaults fills the zero fields.
+func (p WebhookPolicy) WithDefaults() WebhookPolicy {
+	if p.Timeout <= 0 {
+		p.Timeout = 10 * time.Second
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = 5 * time.Second
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = time.Hour
+	}
+	if p.GiveUpAfter <= 0 {
+		p.GiveUpAfter = 24 * time.Hour
+	}
+	if p.Lease <= 0 {
+		p.Lease = p.Timeout + 30*time.Second
+	}
+	return p
+}
+
+// Backoff is the delay before the retry that follows failed attempt n
+// (1-based): BaseDelay·2^(n-1), capped at MaxDelay, jittered to [d/2, d] so
+// that deliveries failing together do not retry together.
+func (p WebhookPolicy) Backoff(attempt int) time.Duration {
+	p = p.WithDefaults()
+	d := p.MaxDelay
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt < 40 {
+		if x := float64(p.BaseDelay) * math.Pow(2, float64(attempt-1)); x < float64(p.MaxDelay) {
+			d = time.Duration(x)
+		}
+	}
+	return d/2 + time.Duration(mrand.Int64N(int64(d/2)+1))
+}
+
+// Webhook is a registered receiver. Secret is kept in clear because every
+// delivery is signed with it.
+type Webhook struct {
+	ID                 string `gorm:"primaryKey"`
+	URL                string
+	Types              string // JSON array; [] means every type
+	Description        string
+	Secret             string
+	OldSecret          *string
+	OldSecretExpiresAt *UTCTime
+	CursorPos          int64
+	CreatedBy          string
+	CreatedAt          UTCTime
+}
+
+// TableName pins the table name for GORM.
+func (Webhook) TableName() string { return "webhooks" }
+
+// EventTypes returns the subscribed types; empty means every type.
+func (w Webhook) EventTypes() []EventType {
+	var ts []EventType
+	_ = json.Unmarshal([]byte(w.Types), &ts)
+	return ts
+}
+
+// signingSecrets are the secrets deliveries are signed with at now: the
+// current one and, during a rotation's grace, the previous one.
+func (w Webhook) signingSecrets(now time.Time) []string {
+	out := []string{w.Secret}
+	if w.OldSecret != nil && w.OldSecretExpiresAt != nil && now.Before(w.OldSecretExpiresAt.Time) {
+		out = append(out, *w.OldSecret)
+	}
+	return out
+}
+
+// WebhookView is a webhook as the API and the console show it: never its
+// secret. Pending and Failed count its deliveries in those states.
+type WebhookView struct {
+	ID          string      `json:"id"`
+	URL         string      `json:"url"`
+	Types       []EventType `json:"types"`
+	Description string      `json:"description"`
+	CreatedBy   string      `json:"created_by"`
+	CreatedAt   UTCTime     `json:"created_at"`
+	// SecretRotationEndsAt is when the previous secret stops signing, while
+	// a rotation's grace runs.
+	SecretRotationEndsAt *UTCTime `json:"secret_rotation_ends_at"`
+	Pending              int64    `json:"pending"`
+	Failed               int64    `json:"failed"`
+}
+
+func (w Webhook) view(now time.Time) WebhookView {
+	v := WebhookView{ID: w.ID, URL: w.URL, Types: w.EventTypes(), Description: w.Description, CreatedBy: w.CreatedBy, CreatedAt: w.CreatedAt}
+	if v.Types == nil {
+		v.Types = []EventType{}
+	}
+	if len(w.signingSecrets(now)) > 1 {
+		v.SecretRotationEndsAt = w.OldSecretExpiresAt
+	}
+	return v
+}
+
+// WebhookInput registers a webhook.
+type WebhookInput struct {
+	URL         string   `json:"url"`
+	Types       []string `json:"types"`
+	Description string   `json:"description"`
+}
+
+// Validate names every offending field.
+func (in WebhookInput) Validate() error {
+	v := &ValidationError{}
+	u, err := url.Parse(in.URL)
+	switch {
+	case strings.TrimSpace(in.URL) == "":
+		v.Add("url", "is required: the absolute http or https URL that receives the deliveries")
+	case len(in.URL) > maxWebhookURLLen:
+		v.Add("url", "must be at most %d characters", maxWebhookURLLen)
+	case err != nil:
+		v.Add("url", "is not a valid URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		v.Add("url", "must be an absolute http:// or https:// URL")
+	case u.Host == "" || u.Hostname() == "":
+		v.Add("url", "must name a host")
+	case u.User != nil:
+		v.Add("url", "must not carry credentials; deliveries are signed instead")
+	case u.Fragment != "":
+		v.Add("url", "must not have a #fragment")
+	}
+	for i, t := range in.Types {
+		if !knownEventType(EventType(t)) {
+			v.Add(fmt.Sprintf("types[%d]", i), "unknown event type %q", t)
+		}
+	}
+	if len(in.Description) > maxWebhookDescription {
+		v.Add("description", "must be at most %d characters", maxWebhookDescription)
+	}
+	return v.Err()
+}
+
+// NewWebhookSecret returns a fresh secret: whsec_ and the base64 of 32
+// random bytes, the form Standard Webhooks libraries accept.
+func NewWebhookSecret() string {
+	b := make([]byte, webhookSecretBytes)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return webhookSecretPrefix + base64.StdEncoding.EncodeToString(b)
+}
+
+// CreateWebhook registers a webhook and returns it with its secret, which is
+// shown once. It receives the events committed from now on: its cursor
+// starts at the feed's current end.
+func (s *Store) CreateWebhook(ctx context.Context, actor string, in WebhookInput) (WebhookView, string, error) {
+	in.URL = strings.TrimSpace(in.URL)
+	in.Description = strings.TrimSpace(in.Description)
+	if err := in.Validate(); err != nil {
+		return WebhookView{}, "", err
+	}
+	types := []string{}
+	seen := map[string]bool{}
+	for _, t := range in.Types {
+		if !seen[t] {
+			seen[t] = true
+			types = append(types, t)
+		}
+	}
+	tj, err := json.Marshal(types)
+	if err != nil {
+		return WebhookView{}, "", fmt.Errorf("create webhook: %w", err)
+	}
+	w := Webhook{
+		ID: NewID("whk"), URL: in.URL, Types: string(tj), Description: in.Description,
+		Secret: NewWebhookSecret(), CreatedBy: actor, CreatedAt: NewUTCTime(s.now()),
+	}
+	err = s.Transact(ctx, func(tx *gorm.DB) error {
+		var head *int64
+		if err := tx.Raw(`SELECT MAX(feed_pos) FROM events`).Scan(&head).Error; err != nil {
+			return fmt.Errorf("read the feed's end: %w", err)
+		}
+		if head != nil {
+			w.CursorPos = *head
+		}
+		if err := tx.Create(&w).Error; err != nil {
+			return fmt.Errorf("insert webhook: %w", err)
+		}
+		return s.recordAdmin(tx, actor, AdminWebhookCreate, "webhook", w.ID, nil, w.view(s.now()))
+	})
+	if err != nil {
+		return WebhookView{}, "", fmt.Errorf("create webhook: %w", err)
+	}
+	return w.view(s.now()), w.Secret, nil
+}
+
+// ListWebhooks lists every webhook, oldest first, with its counts of pending
+// and failed deliveries.
+func (s *Store) ListWebhooks(ctx context.Context) ([]WebhookView, error) {
+	var ws []Webhook
+	db := s.DB.WithContext(ctx)
+	if err := db.Order("created_at, id").Limit(1000).Find(&ws).Error; err != nil {
+		return nil, fmt.Errorf("list webhooks: %w", err)
+	}
+	var counts []struct {
+		WebhookID string
+		Status    DeliveryStatus
+		N         int64
+	}
+	if err := db.Raw(`SELECT webhook_id, status, COUNT(*) AS n FROM webhook_deliveries
+WHERE status IN ('pending', 'sending', 'failed') GROUP BY webhook_id, status`).Scan(&counts).Error; err != nil {
+		return nil, fmt.Errorf("count webhook deliveries: %w", err)
+	}
+	now := s.now()
+	out := make([]WebhookView, len(ws))
+	idx := map[string]int{}
+	for i, w := range ws {
+		out[i] = w.view(now)
+		idx[w.ID] = i
+	}
+	for _, c := range counts {
+		i, ok := idx[c.WebhookID]
+		if !ok {
+			continue
+		}
+		if c.Status == DeliveryFailed {
+			out[i].Failed += c.N
+		} else {
+			out[i].Pending += c.N
+		}
+	}
+	return out, nil
+}
+
+// GetWebhook returns one webhook (without its secret).
+func (s *Store) GetWebhook(ctx context.Context, id string) (WebhookView, error) {
+	w, err := s.webhook(s.DB.WithContext(ctx), id)
+	if err != nil {
+		return WebhookView{}, err
+	}
+	return w.view(s.now()), nil
+}
+
+func (s *Store) webhook(db *gorm.DB, id string) (Webhook, error) {
+	var w Webhook
+	err := db.Where("id = ?", id).Take(&w).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Webhook{}, &NotFoundError{Kind: "webhook", ID: id}
+	}
+	if err != nil {
+		return Webhook{}, fmt.Errorf("get webhook %s: %w", id, err)
+	}
+	return w, nil
+}
+
+// DeleteWebhook removes a webhook and its delivery log: nothing more is
+// sent to it, including deliveries that were pending.
+func (s *Store) DeleteWebhook(ctx context.Context, actor, id string) error {
+	return s.Transact(ctx, func(tx *gorm.DB) error {
+		w, err := s.webhook(forUpdate(tx, s.Dialect), id)
+		if err != nil {
+			return err
+		}
+		if err := tx.Exec(`DELETE FROM webhook_deliveries WHERE webhook_id = ?`, id).Error; err != nil {
+			return fmt.Errorf("delete deliveries of webhook %s: %w", id, err)
+		}
+		if err := tx.Exec(`DELETE FROM webhooks WHERE id = ?`, id).Error; err != nil {
+			return fmt.Errorf("delete webhook %s: %w", id, err)
+		}
+		return s.recordAdmin(tx, actor, AdminWebhookDelete, "webhook", id, w.view(s.now()), nil)
+	})
+}
+
+// RotateWebhookSecret gives the webhook a new secret, returned once. For
+// WebhookRotationGrace the previous secret signs every delivery too (a
+// second signature in webhook-signature), so receivers can switch over
+// without rejecting anything.
+func (s *Store) RotateWebhookSecret(ctx context.Context, actor, id string) (string, UTCTime, error) {
+	secret := NewWebhookSecret()
+	now := s.now()
+	until := NewUTCTime(now.Add(WebhookRotationGrace))
+	err := s.Transact(ctx, func(tx *gorm.DB) error {
+		w, err := s.webhook(forUpdate(tx, s.Dialect), id)
+		if err != nil {
+			return err
+		}
+		res := tx.Exec(`UPDATE webhooks SET secret = ?, old_secret = ?, old_secret_expires_at = ? WHERE id = ?`,
+			secret, w.Secret, until, id)
+		if res.Error != nil {
+			return fmt.Errorf("rotate secret of webhook %s: %w", id, res.Error)
+		}
+		return s.recordAdmin(tx, actor, AdminWebhookRotate, "webhook", id, nil, map[string]any{"old_secret_signs_until": until})
+	})
+	if err != nil {
+		return "", UTCTime{}, err
+	}
+	return secret, until, nil
+}
+
+// forUpdate locks the rows a query reads on PostgreSQL (SQLite serialises
+// writers anyway).
+func forUpdate(tx *gorm.DB, d Dialect) *gorm.DB {
+	if d == Postgres {
+		return tx.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	return tx
+}
+
+// Delivery is one event for one webhook and where its delivery stands.
+type Delivery struct {
+	WebhookID      string         `json:"-"`
+	EventID        string         `json:"event_id"`
+	SessionID      string         `json:"session_id"`
+	Seq            int64          `json:"seq"`
+	FeedPos        int64          `json:"-"`
+	Status         DeliveryStatus `json:"status"`
+	Attempt        int            `json:"attempt"`
+	StatusCode     *int           `json:"status_code"`
+	Error          string         `json:"error"`
+	NextAttemptAt  *UTCTime       `json:"next_attempt_at"`
+	LeaseToken     *string        `json:"-"`
+	LeaseExpiresAt *UTCTime       `json:"-"`
+	DeliveredAt    *UTCTime       `json:"delivered_at"`
+	QueuedAt       UTCTime        `json:"queued_at"`
+	CreatedAt      UTCTime        `json:"-"`
+	UpdatedAt      UTCTime        `json:"updated_at"`
+}
+
+// TableName pins the table name for GORM.
+func (Delivery) TableName() string { return "webhook_deliveries" }
+
+// ListWebhookDeliveries returns the webhook's delivery log, newest event
+// first. An unknown webhook is a NotFoundError.
+func (s *Store) ListWebhookDeliveries(ctx context.Context, webhookID string, limit int) ([]Delivery, error) {
+	if limit < 1 || limit > MaxDeliveriesLimit {
+		v := &ValidationError{}
+		v.Add("limit", "must be an integer between 1 and %d", MaxDeliveriesLimit)
+		return nil, v
+	}
+	db := s.DB.WithContext(ctx)
+	if _, err := s.webhook(db, webhookID); err != nil {
+		return nil, err
+	}
+	ds := []Delivery{}
+	if err := db.Where("webhook_id = ?", webhookID).Order("feed_pos DESC").Limit(limit).Find(&ds).Error; err != nil {
+		return nil, fmt.Errorf("list deliveries of webhook %s: %w", webhookID, err)
+	}
+	return ds, nil
+}
+
+// RedeliverWebhook queues the delivery of an event to a webhook again, due
+// now, with a fresh GiveUpAfter. A delivery being sent right now is left
+// alone (it is already on its way).
+func (s *Store) RedeliverWebhook(ctx context.Context, actor, webhookID, eventID string) error {
+	now := NewUTCTime(s.now())
+	return s.Transact(ctx, func(tx *gorm.DB) error {
+		var d Delivery
+		err := forUpdate(tx, s.Dialect).Where("webhook_id = ? AND event_id = ?", webhookID, eventID).Take(&d).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return &NotFoundError{Kind: "delivery", ID: webhookID + "/" + eventID}
+		}
+		if err != nil {
+			return fmt.Errorf("redeliver %s to %s: %w", eventID, webhookID, err)
+		}
+		if d.Status == DeliverySending {
+			return nil
+		}
+		if err := tx.Exec(`UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, queued_at = ?, updated_at = ?
+WHERE webhook_id = ? AND event_id = ?`, now, now, now, webhookID, eventID).Error; err != nil {
+			return fmt.Errorf("redeliver %s to %s: %w", eventID, webhookID, err)
+		}
+		return s.recordAdmin(tx, actor, AdminWebhookRedeliver, "webhook", webhookID, map[string]any{"event_id": eventID, "status": d.Status}, nil)
+	})
+}
+
+// EnqueueWebhookDeliveries moves every webhook's cursor over up to limit
+// feed events and inserts a pending delivery for each event it subscribes
+// to, in the transaction that moves the cursor. It returns how many
+// deliveries it inserted and how many webhooks there are (none: the
+// dispatcher has nothing else to do either). Safe from several processes at once: the cursor
+// moves by compare-and-set, and a page another process enqueued first is
+// dropped.
+func (s *Store) EnqueueWebhookDeliveries(ctx context.Context, limit int) (enqueued, webhooks int, err error) {
+	var ws []Webhook
+	if err := s.DB.WithContext(ctx).Select("id", "types", "cursor_pos").Order("id").Find(&ws).Error; err != nil {
+		return 0, 0, fmt.Errorf("enqueue webhook deliveries: %w", err)
+	}
+	total := 0
+	var errs []error
+	for _, w := range ws {
+		n, err := s.enqueueWebhook(ctx, w, limit)
+		total += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("webhook %s: %w", w.ID, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return total, len(ws), fmt.Errorf("enqueue webhook deliveries: %w", err)
+	}
+	return total, len(ws), nil
+}
+
+func (s *Store) enqueueWebhook(ctx context.Context, w Webhook, limit int) (int, error) {
+	// The feed is read outside the transaction: it is immutable up to the
+	// positions it hands out, and on SQLite the one connection must not be
+	// held by a transaction while the feed is read.
+	page, err := s.ReadFeed(ctx, FeedQuery{After: EncodeFeedCursor(w.CursorPos), Types: w.EventTypes(), Limit: limit})
+	if err != nil {
+		return 0, fmt.Errorf("read feed: %w", err)
+	}
+	next := w.CursorPos
+	for _, ev := range page.Events {
+		next = max(next, ev.Pos)
+	}
+	if page.NextCursor != "" {
+		if p, err := DecodeFeedCursor(page.NextCursor); err == nil {
+			next = max(next, p)
+		}
+	}
+	if next == w.CursorPos {
+		return 0, nil
+	}
+	now := NewUTCTime(s.now())
+	rows := make([]Delivery, 0, len(page.Events))
+	for _, ev := range page.Events {
+		rows = append(rows, Delivery{
+			WebhookID: w.ID, EventID: ev.EventID, SessionID: ev.SessionID, Seq: ev.Seq, FeedPos: ev.Pos,
+			Status: DeliveryPending, NextAttemptAt: &now, QueuedAt: now, CreatedAt: now, UpdatedAt: now,
+		})
+	}
+	inserted := 0
+	err = s.Transact(ctx, func(tx *gorm.DB) error {
+		res := tx.Exec(`UPDATE webhooks SET cursor_pos = ? WHERE id = ? AND cursor_pos = ?`, next, w.ID, w.CursorPos)
+		if res.Error != nil {
+			return fmt.Errorf("move cursor: %w", res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return nil // another process enqueued this page, or the webhook is gone
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		ins := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&rows, 200)
+		if ins.Error != nil {
+			return fmt.Errorf("insert deliveries: %w", ins.Error)
+		}
+		inserted = int(ins.RowsAffected)
+		return nil
+	})
+	return inserted, err
+}
+
+// RescueWebhookDeliveries makes deliveries whose lease expired pending
+// again (their dispatcher stopped mid-delivery); the attempt counts as
+// failed. It returns how many it rescued.
+func (s *Store) RescueWebhookDeliveries(ctx context.Context) (int, error) {
+	now := NewUTCTime(s.now())
+	res := s.DB.WithContext(ctx).Exec(`UPDATE webhook_deliveries
+SET status = 'pending', next_attempt_at = ?, lease_token = NULL, lease_expires_at = NULL, updated_at = ?,
+    error = 'lease expired: the dispatcher stopped before the attempt finished'
+WHERE status = 'sending' AND lease_expires_at <= ?`, now, now, now)
+	if res.Error != nil {
+		return 0, fmt.Errorf("rescue webhook deliveries: %w", res.Error)
+	}
+	return int(res.RowsAffected), nil
+}
+
+// DeliveryJob is a claimed delivery with what sending it takes.
+type DeliveryJob struct {
+	WebhookID  string
+	EventID    string
+	SessionID  string
+	Seq        int64
+	Attempt    int
+	LeaseToken string
+	QueuedAt   UTCTime
+	URL        string
+	// Secrets sign the delivery: the current one first, then the previous
+	// one during a rotation's grace.
+	Secrets []string
+	// Body is the JSON POSTed: {"event_id","type","session_id","seq",
+	// "state_version","created_at","payload"}. It is built from the stored
+	// event, so every attempt sends the same bytes.
+	Body []byte
+}
+
+// WebhookBody is the JSON body of a delivery.
+type WebhookBody struct {
+	EventID      string          `json:"event_id"`
+	Type         EventType       `json:"type"`
+	SessionID    string          `json:"session_id"`
+	Seq          int64           `json:"seq"`
+	StateVersion int64           `json:"state_version"`
+	CreatedAt    UTCTime         `json:"created_at"`
+	Payload      json.RawMessage `json:"payload"`
+}
+
+// webhookClaimSQL claims up to n due deliveries in one statement. A delivery is due
+// when it is pending, its time has come, and no earlier seq of its session
+// is still open for the same webhook: that is the per-session order.
+func (s *Store) webhookClaimSQL() string {
+	const due = `d.status = 'pending' AND d.next_attempt_at <= ?
+	AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p
+		WHERE p.webhook_id = d.webhook_id AND p.session_id = d.session_id AND p.seq < d.seq
+		AND p.status IN ('pending', 'sending'))
+	ORDER BY d.next_attempt_at, d.feed_pos
+	LIMIT ?`
+	if s.Dialect == Postgres {
+		return `WITH next AS (
+	SELECT d.webhook_id, d.event_id FROM webhook_deliveries d
+	WHERE ` + due + `
+	FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE webhook_deliveries w
+SET status = 'sending', attempt = w.attempt + 1, lease_token = ?, lease_expires_at = ?, updated_at = ?
+FROM next WHERE w.webhook_id = next.webhook_id AND w.event_id = next.event_id
+RETURNING w.webhook_id, w.event_id, w.session_id, w.seq, w.attempt, w.lease_token, w.queued_at`
+	}
+	return `UPDATE webhook_deliveries
+SET status = 'sending', attempt = attempt + 1, lease_token = ?, lease_expires_at = ?, updated_at = ?
+WHERE rowid IN (SELECT d.rowid FROM webhook_deliveries d WHERE ` + due + `)
+RETURNING webhook_id, event_id, session_id, seq, attempt, lease_token, queued_at`
+}
+
+// ClaimWebhookDeliveries leases up to n due deliveries for lease and returns
+// them ready to send.
+func (s *Store) ClaimWebhookDeliveries(ctx context.Context, n int, lease time.Duration) ([]DeliveryJob, error) {
+	now := s.now()
+	nowT, until, token := NewUTCTime(now), NewUTCTime(now.Add(lease)), NewID("wls")
+	var args []any
+	if s.Dialect == Postgres {
+		args = []any{nowT, n, token, until, nowT}
+	} else {
+		args = []any{token, until, nowT, nowT, n}
+	}
+	var claimed []struct {
+		WebhookID  string
+		EventID    string
+		SessionID  string
+		Seq        int64
+		Attempt    int
+		LeaseToken string
+		QueuedAt   UTCTime
+	}
+	db := s.DB.WithContext(ctx)
+	if err := db.Raw(s.webhookClaimSQL(), args...).Scan(&claimed).Error; err != nil {
+		return nil, fmt.Errorf("claim webhook deliveries: %w", err)
+	}
+	if len(claimed) == 0 {
+		return nil, nil
+	}
+	hookIDs, eventIDs := make([]string, 0, len(claimed)), make([]string, 0, len(claimed))
+	for _, c := range claimed {
+		hookIDs = append(hookIDs, c.WebhookID)
+		eventIDs = append(eventIDs, c.EventID)
+	}
+	var hooks []Webhook
+	if err := db.Where("id IN ?", hookIDs).Find(&hooks).Error; err != nil {
+		return nil, fmt.Errorf("claim webhook deliveries: load webhooks: %w", err)
+	}
+	var evs []Event
+	if err := db.Select("id", "session_id", "seq", "type", "version_after", "payload", "created_at").
+		Where("id IN ?", eventIDs).Find(&evs).Error; err != nil {
+		return nil, fmt.Errorf("claim webhook deliveries: load events: %w", err)
+	}
+	hookBy := map[string]Webhook{}
+	for _, h := range hooks {
+		hookBy[h.ID] = h
+	}
+	evBy := map[string]Event{}
+	for _, e := range evs {
+		evBy[e.ID] = e
+	}
+	jobs := make([]DeliveryJob, 0, len(claimed))
+	for _, c := range claimed {
+		h, ok1 := hookBy[c.WebhookID]
+		e, ok2 := evBy[c.EventID]
+		if !ok1 || !ok2 {
+			continue // deleted meanwhile; the lease lapses and the row goes with its webhook
+		}
+		body, err := json.Marshal(WebhookBody{
+			EventID: e.ID, Type: e.Type, SessionID: e.SessionID, Seq: e.Seq,
+			StateVersion: e.VersionAfter, CreatedAt: e.CreatedAt, Payload: json.RawMessage(e.Payload),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("claim webhook deliveries: body of %s: %w", e.ID, err)
+		}
+		jobs = append(jobs, DeliveryJob{
+			WebhookID: c.WebhookID, EventID: c.EventID, SessionID: c.SessionID, Seq: c.Seq, Attempt: c.Attempt,
+			LeaseToken: c.LeaseToken, QueuedAt: c.QueuedAt, URL: h.URL, Secrets: h.signingSecrets(now), Body: body,
+		})
+	}
+	return jobs, nil
+}
+
+// SignWebhook returns the webhook-signature header value for a delivery: one
+// "v1,<signature>" per secret, space-separated, as the Standard Webhooks
+// specification allows during a key rotation.
+func SignWebhook(secrets []string, msgID string, ts time.Time, body []byte) (string, error) {
+	sigs := make([]string, 0, len(secrets))
+	for _, sec := range secrets {
+		wh, err := standardwebhooks.NewWebhook(sec)
+		if err != nil {
+			return "", fmt.Errorf("webhook secret: %w", err)
+		}
+		sig, err := wh.Sign(msgID, ts, body)
+		if err != nil {
+			return "", fmt.Errorf("sign webhook %s: %w", msgID, err)
+		}
+		sigs = append(sigs, sig)
+	}
+	return strings.Join(sigs, " "), nil
+}
+
+// DeliveryResult is the outcome of one attempt: the receiver's status code
+// (0 when there was no answer) and what went wrong, if anything.
+type DeliveryResult struct {
+	StatusCode int
+	Err        string
+}
+
+// OK reports whether the receiver accepted the delivery (2xx).
+func (r DeliveryResult) OK() bool { return r.Err == "" && r.StatusCode >= 200 && r.StatusCode < 300 }
+
+// FinishWebhookDelivery records an attempt's outcome. It changes nothing
+// when the lease was lost (rescued and claimed again elsewhere), and reports
+// the status the delivery is left in.
+func (s *Store) FinishWebhookDelivery(ctx context.Context, job DeliveryJob, r DeliveryResult, p WebhookPolicy) (DeliveryStatus, error) {
+	p = p.WithDefaults()
+	now := s.now()
+	nowT := NewUTCTime(now)
+	var code *int
+	if r.StatusCode != 0 {
+		code = &r.StatusCode
+	}
+	errText := r.Err
+	if errText == "" && !r.OK() {
+		errText = fmt.Sprintf("receiver answered %d", r.StatusCode)
+	}
+	if len(errText) > 1000 {
+		errText = errText[:1000]
+	}
+	var (
+		status DeliveryStatus
+		res    *gorm.DB
+		db     = s.DB.WithContext(ctx)
+	)
+	const where = ` WHERE webhook_id = ? AND event_id = ? AND status = 'sending' AND lease_token = ?`
+	switch {
+	case r.OK():
+		status = DeliveryDelivered
+		res = db.Exec(`UPDATE webhook_deliveries SET status = 'delivered', status_code = ?, error = '', delivered_at = ?,
+next_attempt_at = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?`+where,
+			code, nowT, nowT, job.WebhookID, job.EventID, job.LeaseToken)
+	case now.Sub(job.QueuedAt.Time) >= p.GiveUpAfter:
+		status = DeliveryFailed
+		res = db.Exec(`UPDATE webhook_deliveries SET status = 'failed', status_code = ?, error = ?,
+next_attempt_at = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?`+where,
+			code, errText, nowT, job.WebhookID, job.EventID, job.LeaseToken)
+	default:
+		status = DeliveryPending
+		next := NewUTCTime(now.Add(p.Backoff(job.Attempt)))
+		res = db.Exec(`UPDATE webhook_deliveries SET status = 'pending', status_code = ?, error = ?,
+next_attempt_at = ?, lease_token = NULL, lease_expires_at = NULL, updated_at = ?`+where,
+			code, errText, next, nowT, job.WebhookID, job.EventID, job.LeaseToken)
+	}
+	if res.Error != nil {
+		return "", fmt.Errorf("finish delivery of %s to %s: %w", job.EventID, job.WebhookID, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return "", fmt.Errorf("finish delivery of %s to %s: %w", job.EventID, job.WebhookID, ErrLeaseLost)
+	}
+	return status, nil
+}
+
+// ErrLeaseLost is an attempt finished after its lease was taken over.
+var ErrLeaseLost = errors.New("the delivery's lease was lost; another dispatcher owns it")
+
+// FinishWebhookDeliveries records the outcomes of a claimed batch (jobs[i]
+// had results[i]). The deliveries accepted with the same status code are
+// recorded in one statement, since on a busy system almost all are, so the
+// dispatcher costs the database a few statements per batch rather than one
+// per event; the others go through FinishWebhookDelivery one by one. It
+// returns the status each delivery was left in ("" where the lease was
+// lost) and the first error.
+func (s *Store) FinishWebhookDeliveries(ctx context.Context, jobs []DeliveryJob, results []DeliveryResult, p WebhookPolicy) ([]DeliveryStatus, error) {
+	out := make([]DeliveryStatus, len(jobs))
+	byCode := map[int][]int{} // status code -> indexes of accepted jobs
+	var errs []error
+	for i, r := range results {
+		if r.OK() {
+			byCode[r.StatusCode] = append(byCode[r.StatusCode], i)
+			continue
+		}
+		st, err := s.FinishWebhookDelivery(ctx, jobs[i], r, p)
+		out[i] = st
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	now := NewUTCTime(s.now())
+	for code, idx := range byCode {
+		keys := make([][]any, 0, len(idx))
+		var tokens []string
+		for _, i := range idx {
+			keys = append(keys, []any{jobs[i].WebhookID, jobs[i].EventID})
+			tokens = append(tokens, jobs[i].LeaseToken)
+		}
+		slicesSortCompact(&tokens)
+		var done []struct {
+			WebhookID string
+			EventID   string
+		}
+		err := s.DB.WithContext(ctx).Raw(`UPDATE webhook_deliveries SET status = 'delivered', status_code = ?, error = '',
+delivered_at = ?, next_attempt_at = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?
+WHERE (webhook_id, event_id) IN ? AND status = 'sending' AND lease_token IN ?
+RETURNING webhook_id, event_id`, code, now, now, keys, tokens).Scan(&done).Error
+		if err != nil {
+			errs = append(errs, fmt.Errorf("finish %d deliveries: %w", len(idx), err))
+			continue
+		}
+		ok := make(map[[2]string]bool, len(done))
+		for _, d := range done {
+			ok[[2]string{d.WebhookID, d.EventID}] = true
+		}
+		for _, i := range idx {
+			if ok[[2]string{jobs[i].WebhookID, jobs[i].EventID}] {
+				out[i] = DeliveryDelivered
+			} else {
+				errs = append(errs, fmt.Errorf("finish delivery of %s to %s: %w", jobs[i].EventID, jobs[i].WebhookID, ErrLeaseLost))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func slicesSortCompact(xs *[]string) {
+	sort.Strings(*xs)
+	*xs = slices.Compact(*xs)
+}

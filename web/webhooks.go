@@ -1,0 +1,229 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/taskpilots/handoff/models"
+)
+
+// Dispatcher delivers webhooks (models/webhooks.go describes the states).
+// Each pass enqueues new feed events, rescues deliveries whose dispatcher
+// died, then claims due deliveries and POSTs them concurrently. All its
+// state is in the database, so any number of server processes may run one:
+// claims are exclusive (SKIP LOCKED and a lease) and a restart continues
+// where the last process stopped. It only reads the feed; the write path
+// never waits for it.
+type Dispatcher struct {
+	Store  *models.Store
+	Policy models.WebhookPolicy
+	// Client sends the deliveries; default an http.Client with
+	// Policy.Timeout that does not follow redirects (a redirect is an
+	// answer, not a delivery).
+	Client *http.Client
+	// Batch is how many deliveries one pass claims (default 32) and
+	// Parallel how many it sends at once (default 8).
+	Batch    int
+	Parallel int
+	// EnqueueLimit is the feed page size per webhook and pass (default 500).
+	EnqueueLimit int
+	// Coalesce is the least time between passes woken by the feed;
+	// default 100ms.
+	Coalesce time.Duration
+	Log      *slog.Logger
+	// Now is the clock of the webhook-timestamp header; default time.Now.
+	Now func() time.Time
+}
+
+func (d *Dispatcher) defaults() {
+	d.Policy = d.Policy.WithDefaults()
+	if d.Client == nil {
+		// Idle connections are kept per receiver for every parallel
+		// sender, so that deliveries reuse connections instead of opening
+		// one each (the default keeps two).
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = max(d.Parallel, 8)
+		d.Client = &http.Client{
+			Transport:     tr,
+			Timeout:       d.Policy.Timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if d.Batch <= 0 {
+		d.Batch = 32
+	}
+	if d.Parallel <= 0 {
+		d.Parallel = 8
+	}
+	if d.EnqueueLimit <= 0 {
+		d.EnqueueLimit = 500
+	}
+	if d.Coalesce <= 0 {
+		d.Coalesce = 100 * time.Millisecond
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+}
+
+// PassReport counts what one pass did.
+type PassReport struct {
+	Enqueued, Rescued, Delivered, Retrying, Failed int
+}
+
+// Pass runs one round: enqueue, rescue, claim and send what is due. It keeps
+// claiming while batches come back full, so a backlog drains in one pass.
+func (d *Dispatcher) Pass(ctx context.Context) (PassReport, error) {
+	d.defaults()
+	var r PassReport
+	var errs []error
+	n, hooks, err := d.Store.EnqueueWebhookDeliveries(ctx, d.EnqueueLimit)
+	r.Enqueued = n
+	if err == nil && hooks == 0 {
+		return r, nil // no webhook, no delivery: spare the database
+	}
+	errs = append(errs, err)
+	r.Rescued, err = d.Store.RescueWebhookDeliveries(ctx)
+	errs = append(errs, err)
+	for range 100 {
+		jobs, err := d.Store.ClaimWebhookDeliveries(ctx, d.Batch, d.Policy.Lease)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		d.sendAll(ctx, jobs, &r)
+		if len(jobs) < d.Batch || ctx.Err() != nil {
+			break
+		}
+	}
+	return r, errors.Join(errs...)
+}
+
+func (d *Dispatcher) sendAll(ctx context.Context, jobs []models.DeliveryJob, r *PassReport) {
+	results := make([]models.DeliveryResult, len(jobs))
+	var (
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, d.Parallel)
+	)
+	for i, job := range jobs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i] = d.send(ctx, job)
+		})
+	}
+	wg.Wait()
+	// The outcomes are recorded even when ctx ends (a shutdown), so that
+	// deliveries that were made are not sent again needlessly.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	sts, err := d.Store.FinishWebhookDeliveries(fctx, jobs, results, d.Policy)
+	if err != nil {
+		d.Log.Warn("webhook deliveries not all recorded", "err", err)
+	}
+	for i, st := range sts {
+		job, res := jobs[i], results[i]
+		switch st {
+		case models.DeliveryDelivered:
+			r.Delivered++
+		case models.DeliveryFailed:
+			r.Failed++
+			d.Log.Error("webhook delivery failed for good", "webhook", job.WebhookID, "event", job.EventID,
+				"attempts", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
+		case models.DeliveryPending:
+			r.Retrying++
+			d.Log.Info("webhook delivery will be retried", "webhook", job.WebhookID, "event", job.EventID,
+				"attempt", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
+		}
+	}
+}
+
+// send POSTs one delivery, signed per the Standard Webhooks specification.
+func (d *Dispatcher) send(ctx context.Context, job models.DeliveryJob) models.DeliveryResult {
+	ts := d.Now()
+	sig, err := models.SignWebhook(job.Secrets, job.EventID, ts, job.Body)
+	if err != nil {
+		return models.DeliveryResult{Err: err.Error()}
+	}
+	rctx, cancel := context.WithTimeout(ctx, d.Policy.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, job.URL, bytes.NewReader(job.Body))
+	if err != nil {
+		return models.DeliveryResult{Err: fmt.Sprintf("build request: %v", err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "taskpilots-webhooks/1")
+	req.Header.Set("webhook-id", job.EventID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		if rctx.Err() == context.DeadlineExceeded {
+			return models.DeliveryResult{Err: fmt.Sprintf("timed out after %s", d.Policy.Timeout)}
+		}
+		return models.DeliveryResult{Err: err.Error()}
+	}
+	// A little of the body is read so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return models.DeliveryResult{StatusCode: resp.StatusCode}
+}
+
+// Run runs passes until ctx is done: at least every period (with jitter),
+// for retries that come due, and soon after the feed tells new events (a
+// long poll on the feed, which the sequencer wakes in this process and,
+// through LISTEN/NOTIFY, in others). Wake-ups closer than Coalesce are
+// merged into one pass, so a busy write path costs the database a few
+// dispatcher queries per Coalesce, not per event. Failures are logged and
+// retried.
+func (d *Dispatcher) Run(ctx context.Context, every time.Duration) {
+	d.defaults()
+	var (
+		failing    bool
+		lastLogged time.Time
+	)
+	pause := func(t time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(t):
+		}
+	}
+	for ctx.Err() == nil {
+		// The feed's end before the pass: whatever is numbered after it
+		// ends the wait below at once.
+		head, err := d.Store.ReadFeed(ctx, models.FeedQuery{After: models.FeedCursorNow, Limit: 1})
+		if err != nil {
+			pause(jitter(every))
+			continue
+		}
+		rep, err := d.Pass(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !failing || time.Since(lastLogged) > 30*time.Second {
+				d.Log.Error("webhook pass failed", "err", err)
+				lastLogged = time.Now()
+			}
+			failing = true
+		case err == nil:
+			failing = false
+			if rep.Rescued > 0 {
+				d.Log.Info("webhook deliveries rescued", "count", rep.Rescued)
+			}
+		}
+		page, err := d.Store.WaitFeed(ctx, models.FeedQuery{After: head.NextCursor, Limit: 1}, jitter(every))
+		if err != nil || len(page.Events) > 0 {
+			pause(d.Coalesce)
+		}
+	}
+}
