@@ -652,7 +652,7 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, n int, lease time.Du
 		eventIDs = append(eventIDs, c.EventID)
 	}
 	var hooks []Webhook
-	if err := db.Where("id IN ?", hookIDs).Find(&hooks).Error; err != nil {
+	if err := db.Select("id", "url", "secret", "old_secret", "old_secret_expires_at").Where("id IN ?", slices.Compact(slices.Sorted(slices.Values(hookIDs)))).Find(&hooks).Error; err != nil {
 		return nil, fmt.Errorf("claim webhook deliveries: load webhooks: %w", err)
 	}
 	var evs []Event
