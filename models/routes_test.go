@@ -368,8 +368,11 @@ FROM generate_series(1, ?) AS i`, n).Error
 			t.Fatalf("explain %s: %v", what, err)
 		}
 		text := strings.Join(plan, "\n")
-		if strings.Contains(text, "Seq Scan on sessions") || strings.Contains(text, "Seq Scan on delegations") ||
-			!strings.Contains(text, index) {
+		usesIndex := false
+		for _, ix := range strings.Split(index, "|") {
+			usesIndex = usesIndex || strings.Contains(text, ix)
+		}
+		if strings.Contains(text, "Seq Scan on sessions") || strings.Contains(text, "Seq Scan on delegations") || !usesIndex {
 			t.Fatalf("%s scans a table or not the stalled index:\n%s\n%s", what, (*captured)[0], text)
 		}
 		*captured = (*captured)[:0]
@@ -380,7 +383,8 @@ FROM generate_series(1, ?) AS i`, n).Error
 	if err != nil || st.Sessions != n/2000 || st.ByStep["lost-step"] != n/2000 || len(st.ByStep) != 1 {
 		t.Fatalf("stalled stats = %+v, %v", st, err)
 	}
-	explain("stalled count", "sessions_stalled_idx")
+	// Either partial-enough index bounds the read to the open sessions.
+	explain("stalled count", "sessions_stalled_idx|sessions_status_updated_idx")
 
 	page, err := s.ListSessions(ctx, models.SessionQuery{Stalled: true, Limit: 20})
 	rows := page.Sessions
