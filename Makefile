@@ -2,6 +2,12 @@
 SHELL := /bin/bash
 GO    ?= go
 
+# Build and test with the toolchain go.mod names (go1.26.10: standard-library
+# fixes, one of them reachable through Range headers on /static/), fetched
+# from the module proxy when the installed Go is older, even where the
+# environment says GOTOOLCHAIN=local.
+export GOTOOLCHAIN := auto
+
 # Packages whose tests exercise concurrency (leases, long polls, the HTTP
 # server, the worker client) also run under the race detector. cmd/ is left
 # out: its tests run the same code paths through the CLI, and -race on the

@@ -1,6 +1,7 @@
 module github.com/taskpilots/handoff
 
 go 1.26.8
+toolchain go1.26.10
 
 require (
 	github.com/PuerkitoBio/goquery v1.13.0
