@@ -160,11 +160,16 @@ func bodyLimit(limit int64) echo.MiddlewareFunc {
 // (htmx; static/app.js adds it). Browsers that send Sec-Fetch-Site are
 // checked by it instead. The bearer-token API is exempt: browsers do not
 // attach bearer tokens by themselves, so it cannot be forged cross-site.
+//
+// Echo's "form:" lookup reads the query string too (Request.Form merges it),
+// and a token in a URL leaks through logs, history and Referer headers; so a
+// state-changing request that carries _csrf in its query is refused before
+// the token is looked up, and only the body or the header can supply it.
 func csrf(trustProxy bool) echo.MiddlewareFunc {
 	mk := func(secure bool) echo.MiddlewareFunc {
 		return middleware.CSRFWithConfig(middleware.CSRFConfig{
 			Skipper:        isMachinePath,
-			TokenLookup:    "form:_csrf,header:" + echo.HeaderXCSRFToken,
+			TokenLookup:    "form:" + csrfField + ",header:" + echo.HeaderXCSRFToken,
 			ContextKey:     handlers.CSRFContextKey,
 			CookieName:     "taskpilots_csrf",
 			CookiePath:     "/",
@@ -185,12 +190,24 @@ func csrf(trustProxy bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		p, s := plain(next), secure(next)
 		return func(c echo.Context) error {
+			if r := c.Request(); !isMachinePath(c) && !safeMethod(r.Method) && r.URL.Query().Has(csrfField) {
+				return handlers.ErrCSRF
+			}
 			if isHTTPS(c.Request(), trustProxy) {
 				return s(c)
 			}
 			return p(c)
 		}
 	}
+}
+
+// csrfField is the form field that carries the CSRF token.
+const csrfField = "_csrf"
+
+// safeMethod reports the methods the CSRF check lets through (they must not
+// change state).
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
 }
 
 // headAsGet answers HEAD like GET without the body (Echo routes HEAD only
