@@ -81,7 +81,7 @@ func ParseDatabaseURL(url string) (Dialect, string, error) {
 	case strings.HasSuffix(url, ".db"):
 		return SQLite, url, nil
 	}
-	return "", "", fmt.Errorf("database url %q: want postgres://…, sqlite:PATH or a path ending in .db", url)
+	return "", "", fmt.Errorf("database url %q: want postgres://…, sqlite:PATH or a path ending in .db", RedactDatabaseURL(url))
 }
 
 // Open connects to the database named by url. It does not migrate.

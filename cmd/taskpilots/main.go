@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -293,13 +292,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// redactURL hides the password of a database URL for display.
+// redactURL hides the passwords of a database URL (userinfo and query) for
+// display.
 func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
+	return models.RedactDatabaseURL(raw)
 }
 
 // openStore opens the database; it does not migrate.
