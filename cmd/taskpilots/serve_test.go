@@ -289,7 +289,11 @@ func TestServeLogRedactsDatabasePassword(t *testing.T) {
 		t.Errorf("the start-up line does not show the redacted URL:\n%s", r.stderr)
 	}
 	r2 := runCLI(t, nil, "", "migrate", "status", "--database-url", dbURL)
-	for name, out := range map[string]string{"serve": r.stdout + r.stderr, "migrate status": r2.stdout + r2.stderr} {
+	// -h prints the flag's default, which comes from the environment.
+	env := map[string]string{"TASKPILOTS_DATABASE_URL": dbURL}
+	h1, h2 := runCLI(t, env, "", "serve", "-h"), runCLI(t, env, "", "migrate", "status", "-h")
+	for name, out := range map[string]string{"serve": r.stdout + r.stderr, "migrate status": r2.stdout + r2.stderr,
+		"serve -h": h1.stdout + h1.stderr, "migrate status -h": h2.stdout + h2.stderr} {
 		if strings.Contains(out, secret) {
 			t.Errorf("%s printed the database password:\n%s", name, out)
 		}
