@@ -76,6 +76,7 @@ type CreateUserInput struct {
 // Validate lists every problem with the input.
 func (in CreateUserInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != strings.TrimSpace(in.Email) {
 		v.Add("email", "must be an email address")
 	}

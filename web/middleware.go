@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"runtime"
 	"strings"
@@ -197,6 +198,53 @@ func csrf(trustProxy bool) echo.MiddlewareFunc {
 				return s(c)
 			}
 			return p(c)
+		}
+	}
+}
+
+// rejectNUL refuses text holding a NUL character (U+0000) wherever a request
+// carries it outside a JSON body (which handlers' bind and the models
+// validators check): PostgreSQL cannot compare or store NUL, so without this
+// a NUL in an id, a filter or a form field was a 500 on PostgreSQL and
+// accepted on SQLite. An id with NUL names nothing: 404. A query parameter
+// or form field with NUL is a 422 naming it (problem+json on the API, the
+// error page in the console).
+func rejectNUL() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if models.HasNUL(r.URL.Path) {
+				return echo.ErrNotFound
+			}
+			v := &models.ValidationError{}
+			checkValues(v, r.URL.Query())
+			if !strings.HasPrefix(r.URL.Path, "/api/") && r.Method != http.MethodGet && r.Method != http.MethodHead {
+				// A body that does not parse is left to the handler.
+				if err := r.ParseForm(); err == nil {
+					checkValues(v, r.PostForm)
+				}
+			}
+			if err := v.Err(); err != nil {
+				return err
+			}
+			return next(c)
+		}
+	}
+}
+
+// checkValues adds a NUL problem for every parameter of vals whose name or
+// any value holds NUL.
+func checkValues(v *models.ValidationError, vals url.Values) {
+	for name, xs := range vals {
+		if models.HasNUL(name) {
+			v.Add(strings.ReplaceAll(name, "\x00", `\u0000`), models.NULMessage)
+			continue
+		}
+		for _, x := range xs {
+			if models.HasNUL(x) {
+				v.Add(name, models.NULMessage)
+				break
+			}
 		}
 	}
 }
