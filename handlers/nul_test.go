@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/taskpilots/handoff/models"
@@ -78,8 +79,9 @@ func TestNULIsBadInputOnEveryPath(t *testing.T) {
 			noWrites(t, s, func() {
 				r := ana.post(path+"/claim", url.Values{"_csrf": {ana.csrf(path)}, "state_version": {strconv.FormatInt(row.StateVersion, 10)},
 					"idempotency_key": {"k\x00"}})
-				if r.StatusCode < 400 || r.StatusCode >= 500 {
-					t.Errorf("console form with NUL: %d, want a 4xx\n%s", r.StatusCode, r.Body)
+				// Refused inline, on the session page, like any bad field.
+				if r.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(r.Body, "NUL") || !strings.Contains(r.Body, `class="form-error"`) {
+					t.Errorf("console form with NUL: %d, want 422 with the form's error\n%s", r.StatusCode, r.Body)
 				}
 			})
 			noWrites(t, s, func() {

@@ -145,6 +145,12 @@ var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("timing-equaliser"), bcryp
 
 // Authenticate checks an email and password.
 func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
+	if HasNUL(email) {
+		// No account has such an email (CreateUserInput refuses NUL), and
+		// PostgreSQL cannot compare it: a failed login like any other.
+		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		return User{}, ErrBadCredentials
+	}
 	var users []User
 	if err := s.DB.WithContext(ctx).Where("email = ?", strings.ToLower(strings.TrimSpace(email))).Limit(1).Find(&users).Error; err != nil {
 		return User{}, fmt.Errorf("authenticate: %w", err)

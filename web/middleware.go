@@ -202,13 +202,13 @@ func csrf(trustProxy bool) echo.MiddlewareFunc {
 	}
 }
 
-// rejectNUL refuses text holding a NUL character (U+0000) wherever a request
-// carries it outside a JSON body (which handlers' bind and the models
-// validators check): PostgreSQL cannot compare or store NUL, so without this
-// a NUL in an id, a filter or a form field was a 500 on PostgreSQL and
-// accepted on SQLite. An id with NUL names nothing: 404. A query parameter
-// or form field with NUL is a 422 naming it (problem+json on the API, the
-// error page in the console).
+// rejectNUL refuses a NUL character (U+0000) in the path or the query string
+// of any request: PostgreSQL cannot compare or store NUL, so without this a
+// NUL in an id or a filter was a 500 on PostgreSQL. An id with NUL names
+// nothing: 404. A query parameter with NUL is a 422 naming it (problem+json
+// on the API, the error page in the console). Bodies are checked where they
+// are read: JSON by handlers' bind, forms by the models validators, whose
+// 422 the console shows inline.
 func rejectNUL() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -218,12 +218,6 @@ func rejectNUL() echo.MiddlewareFunc {
 			}
 			v := &models.ValidationError{}
 			checkValues(v, r.URL.Query())
-			if !strings.HasPrefix(r.URL.Path, "/api/") && r.Method != http.MethodGet && r.Method != http.MethodHead {
-				// A body that does not parse is left to the handler.
-				if err := r.ParseForm(); err == nil {
-					checkValues(v, r.PostForm)
-				}
-			}
 			if err := v.Err(); err != nil {
 				return err
 			}
@@ -233,7 +227,7 @@ func rejectNUL() echo.MiddlewareFunc {
 }
 
 // checkValues adds a NUL problem for every parameter of vals whose name or
-// any value holds NUL.
+// any of whose values holds NUL.
 func checkValues(v *models.ValidationError, vals url.Values) {
 	for name, xs := range vals {
 		if models.HasNUL(name) {
