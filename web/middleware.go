@@ -3,10 +3,12 @@ package web
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -229,7 +231,8 @@ func rejectNUL() echo.MiddlewareFunc {
 // checkValues adds a NUL problem for every parameter of vals whose name or
 // any of whose values holds NUL.
 func checkValues(v *models.ValidationError, vals url.Values) {
-	for name, xs := range vals {
+	for _, name := range slices.Sorted(maps.Keys(vals)) { // a stable order of errors
+		xs := vals[name]
 		if models.HasNUL(name) {
 			v.Add(strings.ReplaceAll(name, "\x00", `\u0000`), models.NULMessage)
 			continue
