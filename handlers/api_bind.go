@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -78,6 +79,11 @@ func bind(c echo.Context, dst any, validate func() error) (idemKey string, err e
 		// checkType vets every value, so this is a shape it does not know.
 		fields = append(fields, models.FieldError{Field: ute.Field, Message: "has the wrong type or is out of range"})
 	}
+	// Text with NUL is refused here for every request type, whether or not
+	// its models validator looks at that field (see models.NULMessage).
+	nul := &models.ValidationError{}
+	models.CheckNUL(nul, "", dst)
+	fields = append(fields, nul.Fields...)
 	if len(fields) == 0 {
 		return key, nil
 	}
@@ -87,7 +93,7 @@ func bind(c echo.Context, dst any, validate func() error) (idemKey string, err e
 			for _, f := range ve.Fields {
 				// A mistyped field was left empty; it would only be reported
 				// again as missing.
-				if !covered(f.Field, typePaths) {
+				if !covered(f.Field, typePaths) && !slices.Contains(fields, f) {
 					fields = append(fields, f)
 				}
 			}

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -20,16 +22,31 @@ func Healthz(c echo.Context) error {
 }
 
 // Readyz serves GET /readyz: the database answers and its schema is exactly
-// the one this binary expects. Otherwise 503 problem+json names the reason.
+// the one this binary expects. Otherwise 503 problem+json names the reason in
+// generic words: /readyz is anonymous, and a driver's error names the
+// database user, database and host, so the detail goes to the log only.
 func Readyz(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 		defer cancel()
+		log := s.Logger
+		if log == nil {
+			log = slog.Default()
+		}
 		if err := s.Ping(ctx); err != nil {
-			return notReady(c, "database unreachable: "+err.Error())
+			log.Warn("not ready: database unreachable", "err", err)
+			return notReady(c, "database unreachable")
 		}
 		if err := s.CheckSchema(ctx); err != nil {
-			return notReady(c, "database schema not ready: "+err.Error())
+			log.Warn("not ready: database schema", "err", err)
+			switch {
+			case errors.Is(err, models.ErrSchemaBehind):
+				return notReady(c, "migrations pending")
+			case errors.Is(err, models.ErrSchemaNewer):
+				return notReady(c, "database schema is newer than this binary")
+			default:
+				return notReady(c, "database unreachable")
+			}
 		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 	}

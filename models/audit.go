@@ -51,6 +51,7 @@ type AuditFilter struct {
 // Validate lists every problem with the filter.
 func (f AuditFilter) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", f) // every text field; see NULMessage
 	for field, val := range map[string]string{"session": f.SessionID, "ticket": f.TicketRef, "actor": f.Actor} {
 		if len(val) > maxAuditFilterLen {
 			v.Add(field, "must be at most %d characters", maxAuditFilterLen)

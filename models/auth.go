@@ -76,6 +76,7 @@ type CreateUserInput struct {
 // Validate lists every problem with the input.
 func (in CreateUserInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != strings.TrimSpace(in.Email) {
 		v.Add("email", "must be an email address")
 	}
@@ -144,6 +145,12 @@ var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("timing-equaliser"), bcryp
 
 // Authenticate checks an email and password.
 func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
+	if HasNUL(email) {
+		// No account has such an email (CreateUserInput refuses NUL), and
+		// PostgreSQL cannot compare it: a failed login like any other.
+		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		return User{}, ErrBadCredentials
+	}
 	var users []User
 	if err := s.DB.WithContext(ctx).Where("email = ?", strings.ToLower(strings.TrimSpace(email))).Limit(1).Find(&users).Error; err != nil {
 		return User{}, fmt.Errorf("authenticate: %w", err)

@@ -61,6 +61,7 @@ const MaxOutputBytes = 64 << 10
 // by SubmitResult.
 func (in ResultInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if in.LeaseToken == "" {
 		v.Add("lease_token", "is required")
 	}

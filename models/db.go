@@ -81,7 +81,43 @@ func ParseDatabaseURL(url string) (Dialect, string, error) {
 	case strings.HasSuffix(url, ".db"):
 		return SQLite, url, nil
 	}
-	return "", "", fmt.Errorf("database url %q: want postgres://…, sqlite:PATH or a path ending in .db", url)
+	return "", "", fmt.Errorf("database url %q: want postgres://…, sqlite:PATH or a path ending in .db", RedactDatabaseURL(url))
+}
+
+// sqliteFileMode is the mode of the SQLite database and its -wal and -shm
+// files: they hold every session, user and token hash, so only the owner may
+// read them. Their directory is created owner-only too.
+const (
+	sqliteFileMode = 0o600
+	sqliteDirMode  = 0o700
+)
+
+// prepareSQLiteFile creates the database file's directory (owner-only) and
+// the file itself with sqliteFileMode, before SQLite opens it: SQLite
+// creates a new file with the process umask (0644 as a rule) and gives its
+// -wal and -shm files the database file's mode. An existing file, and
+// -wal/-shm files left by an earlier run, are tightened to sqliteFileMode.
+// An existing directory is left alone: it may be shared (the working
+// directory, /var/lib) and is not ours to change.
+func prepareSQLiteFile(path string) error {
+	if dir := filepath.Dir(path); dir != "" && dir != "." {
+		if err := os.MkdirAll(dir, sqliteDirMode); err != nil {
+			return fmt.Errorf("create database directory %s: %w", dir, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, sqliteFileMode)
+	if err != nil {
+		return fmt.Errorf("create database file %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("create database file %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, sqliteFileMode); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("restrict database file %s to its owner: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // Open connects to the database named by url. It does not migrate.
@@ -124,10 +160,8 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 			pool.Close()
 		}
 	case SQLite:
-		if dir := filepath.Dir(dsn); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, fmt.Errorf("create database directory %s: %w", dir, err)
-			}
+		if err := prepareSQLiteFile(dsn); err != nil {
+			return nil, err
 		}
 		// WAL lets readers run beside the writer; one connection serialises
 		// writers in this process, which is what SQLite wants anyway.

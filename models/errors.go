@@ -48,9 +48,16 @@ func (e *ValidationError) Error() string {
 	return "invalid input: " + strings.Join(parts, "; ")
 }
 
-// Add records a problem with a field.
+// Add records a problem with a field, once: the NUL check runs both over a
+// whole input and inside the shared text validators.
 func (e *ValidationError) Add(field, format string, args ...any) {
-	e.Fields = append(e.Fields, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	fe := FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+	for _, f := range e.Fields {
+		if f == fe {
+			return
+		}
+	}
+	e.Fields = append(e.Fields, fe)
 }
 
 // Err returns e when it holds problems and nil otherwise.

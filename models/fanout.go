@@ -85,6 +85,7 @@ type SpawnInput struct {
 // Validate lists every problem with the input.
 func (in SpawnInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if in.ExpectedVersion == nil {
 		v.Add("expected_version", "is required")
 	} else if *in.ExpectedVersion < 1 {
@@ -147,7 +148,7 @@ func (in SpawnInput) Validate() error {
 		validateFacts(sub, "facts", c.Facts)
 		validatePacketMaxBytes(sub, "packet_max_bytes", c.PacketMaxBytes)
 		for _, f := range sub.Fields {
-			v.Fields = append(v.Fields, FieldError{Field: prefix + f.Field, Message: f.Message})
+			v.Add(prefix+f.Field, "%s", f.Message)
 		}
 	}
 	return v.Err()

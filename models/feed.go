@@ -143,6 +143,7 @@ func DecodeFeedCursor(s string) (int64, error) {
 // Validate checks a feed query and names every bad field.
 func (q FeedQuery) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", q) // every text field; see NULMessage
 	if q.Limit < 0 || q.Limit > MaxFeedLimit {
 		v.Add("limit", "must be between 1 and %d", MaxFeedLimit)
 	}

@@ -40,6 +40,7 @@ type InboxFilter struct {
 // Validate lists every problem with the filter.
 func (f InboxFilter) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", f) // every text field; see NULMessage
 	if f.Status != "" && f.Status != StatusEscalated && f.Status != StatusHumanActive {
 		v.Add("status", "must be escalated or human_active")
 	}

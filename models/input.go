@@ -54,6 +54,7 @@ const delegatePrefix = "delegate."
 // Validate lists every problem with the input.
 func (in InputInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	validateFacts(v, "facts", in.Facts)
 	if len(in.Facts) == 0 && strings.TrimSpace(in.Answer) == "" {
@@ -70,7 +71,9 @@ func (in InputInput) Validate() error {
 		dv := &ValidationError{}
 		validateDelegation(dv, d.Queue, d.Step, d.Instructions, d.MaxAttempts, d.LeaseSeconds)
 		validateSchedule(dv, d.AvailableAt, d.DelaySeconds)
-		v.Fields = append(v.Fields, prefixFields(dv, delegatePrefix).Fields...)
+		for _, f := range prefixFields(dv, delegatePrefix).Fields {
+			v.Add(f.Field, "%s", f.Message)
+		}
 	}
 	return v.Err()
 }

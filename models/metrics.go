@@ -38,6 +38,7 @@ type MetricsOpts struct {
 // Validate lists every problem with the options.
 func (o MetricsOpts) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", o) // every text field; see NULMessage
 	if !o.To.After(o.From) {
 		v.Add("window", "must end after it starts")
 	}

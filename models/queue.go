@@ -84,6 +84,7 @@ type DelegateInput struct {
 // Validate lists every problem with the input.
 func (in DelegateInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateDelegation(v, in.Queue, in.Step, in.Instructions, in.MaxAttempts, in.LeaseSeconds)
 	if in.ExpectedVersion == nil {
 		v.Add("expected_version", "is required")
@@ -108,6 +109,8 @@ func validateDelegation(v *ValidationError, queue, step, instructions string, ma
 	if len(instructions) > 16000 {
 		v.Add("instructions", "must be at most 16000 bytes")
 	}
+	CheckNUL(v, "step", step)
+	CheckNUL(v, "instructions", instructions)
 	if maxAttempts != nil && (*maxAttempts < 1 || *maxAttempts > MaxMaxAttempts) {
 		v.Add("max_attempts", "must be between 1 and %d", MaxMaxAttempts)
 	}

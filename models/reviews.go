@@ -705,6 +705,7 @@ type ScoreInput struct {
 // Validate lists every problem with the input, one entry per criterion.
 func (in ScoreInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if in.Key.SessionID == "" {
 		v.Add("session_id", "is required")
 	}

@@ -380,6 +380,7 @@ type DrainInput struct {
 // Validate lists every problem with the input.
 func (in DrainInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if in.Limit != nil && (*in.Limit < 1 || *in.Limit > MaxDrainLimit) {
 		v.Add("limit", "must be between 1 and %d", MaxDrainLimit)
 	}

@@ -93,6 +93,7 @@ func decodeSessionCursor(s string) (sessionKey, error) {
 // Validate lists every problem with the query.
 func (q SessionQuery) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", q) // every text field; see NULMessage
 	for _, st := range q.Statuses {
 		if !st.Valid() {
 			v.Add("status", "unknown status %q; known: %s", st, statusList())

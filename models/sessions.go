@@ -31,20 +31,24 @@ type CreateSessionInput struct {
 // Validate lists every problem with the input.
 func (in CreateSessionInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	switch {
 	case strings.TrimSpace(in.Goal) == "":
 		v.Add("goal", "is required")
 	case utf8.RuneCountInString(in.Goal) > MaxGoalLen:
 		v.Add("goal", "must be at most %d characters", MaxGoalLen)
 	}
+	CheckNUL(v, "goal", in.Goal)
 	if len(in.TicketRef) > MaxTicketRef {
 		v.Add("ticket_ref", "must be at most %d characters", MaxTicketRef)
 	}
+	CheckNUL(v, "ticket_ref", in.TicketRef)
 	validateList(v, "constraints", in.Constraints)
 	validateList(v, "done_criteria", in.DoneCriteria)
 	if len(in.Resources) > MaxListItems {
 		v.Add("resources", "must have at most %d items", MaxListItems)
 	}
+	CheckNUL(v, "resources", in.Resources)
 	for i, r := range in.Resources {
 		if strings.TrimSpace(r.Name) == "" {
 			v.Add(fmt.Sprintf("resources[%d].name", i), "is required")
@@ -68,6 +72,7 @@ func validateList(v *ValidationError, field string, xs []string) {
 			v.Add(fmt.Sprintf("%s[%d]", field, i), "must be at most %d bytes", MaxItemLen)
 		}
 	}
+	CheckNUL(v, field, xs)
 }
 
 func validateFacts(v *ValidationError, field string, facts map[string]any) {
@@ -79,6 +84,9 @@ func validateFacts(v *ValidationError, field string, facts map[string]any) {
 			v.Add(field, "keys must not be empty")
 		}
 	}
+	// Facts are free-form JSON: a NUL in any key or nested value would
+	// reach the jsonb column.
+	CheckNUL(v, field, facts)
 }
 
 // CreateSession starts a session; it is at version 1 with status open.
@@ -113,6 +121,7 @@ type TransitionInput struct {
 // Validate lists every problem with the input.
 func (in TransitionInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if in.ExpectedVersion == nil {
 		v.Add("expected_version", "is required")
 	} else if *in.ExpectedVersion < 1 {
@@ -124,6 +133,9 @@ func (in TransitionInput) Validate() error {
 	if len(in.Question) > MaxItemLen {
 		v.Add("question", "must be at most %d bytes", MaxItemLen)
 	}
+	CheckNUL(v, "reason", in.Reason)
+	CheckNUL(v, "question", in.Question)
+	CheckNUL(v, "until", in.Until)
 	return v.Err()
 }
 

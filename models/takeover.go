@@ -58,6 +58,7 @@ type ClaimInput struct {
 // Validate lists every problem with the input.
 func (in ClaimInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	return v.Err()
 }
@@ -71,6 +72,7 @@ type ReleaseInput struct {
 // Validate lists every problem with the input.
 func (in ReleaseInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	validateText(v, "reason", in.Reason, false)
 	return v.Err()
@@ -90,6 +92,7 @@ type NoteInput struct {
 // Validate lists every problem with the input.
 func (in NoteInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if in.ExpectedVersion != nil && *in.ExpectedVersion < 1 {
 		v.Add("expected_version", "must be at least 1")
 	}
@@ -119,6 +122,7 @@ type NoteRequest struct {
 // Validate lists every problem with the request.
 func (in NoteRequest) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if in.ExpectedVersion != nil && *in.ExpectedVersion < 1 {
 		v.Add("expected_version", "must be at least 1")
 	}
@@ -145,6 +149,7 @@ type ResolveRiskInput struct {
 // Validate lists every problem with the input.
 func (in ResolveRiskInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	if strings.TrimSpace(in.Risk) == "" {
 		v.Add("risk", "is required")
 	} else if len(in.Risk) > MaxItemLen {
@@ -164,6 +169,7 @@ type RequestInputInput struct {
 // Validate lists every problem with the input.
 func (in RequestInputInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	if strings.TrimSpace(in.Question) == "" {
 		v.Add("question", "is required")
@@ -190,6 +196,7 @@ type ResumeInput struct {
 // Validate lists every problem with the input.
 func (in ResumeInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	validateDelegation(v, in.Queue, in.Step, in.Instructions, in.MaxAttempts, in.LeaseSeconds)
 	validateFacts(v, "facts", in.Facts)
@@ -209,6 +216,7 @@ type HandBackInput struct {
 // Validate lists every problem with the input.
 func (in HandBackInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	if in.Queue != "" && !namePattern.MatchString(in.Queue) {
 		v.Add("queue", "must be 1-64 letters, digits, '.', '_' or '-'")
@@ -226,6 +234,7 @@ type CompleteInput struct {
 // Validate lists every problem with the input.
 func (in CompleteInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	validateText(v, "resolution", in.Resolution, true)
 	return v.Err()
@@ -240,6 +249,7 @@ type RejectInput struct {
 // Validate lists every problem with the input.
 func (in RejectInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	validateExpected(v, in.ExpectedVersion)
 	validateText(v, "reason", in.Reason, true)
 	return v.Err()
@@ -260,6 +270,7 @@ func validateText(v *ValidationError, field, s string, required bool) {
 	case utf8.RuneCountInString(s) > MaxNoteLen:
 		v.Add(field, "must be at most %d characters", MaxNoteLen)
 	}
+	CheckNUL(v, field, s)
 }
 
 // takeover is what every takeover action shares: who may act, the command

@@ -209,6 +209,7 @@ type WebhookInput struct {
 // Validate names every offending field.
 func (in WebhookInput) Validate() error {
 	v := &ValidationError{}
+	CheckNUL(v, "", in) // every text field; see NULMessage
 	u, err := url.Parse(in.URL)
 	switch {
 	case strings.TrimSpace(in.URL) == "":

@@ -207,6 +207,11 @@ func (idempotencyRow) TableName() string { return "idempotency_keys" }
 // round trip on every first call. A repeat may do the work again inside the
 // transaction, but it can never commit it.
 func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, fn func(tx *Tx) (Outcome, error)) (Outcome, error) {
+	if HasNUL(key) {
+		// The API refuses such a header already; a console form's hidden
+		// key is checked here, before it reaches a text column.
+		return Outcome{}, &ValidationError{Fields: []FieldError{{Field: "idempotency_key", Message: NULMessage}}}
+	}
 	var out Outcome
 	err := s.Write(ctx, func(tx *Tx) error {
 		var err error

@@ -127,7 +127,9 @@ func newMetrics(s *models.Store) *metrics {
 
 // middleware counts HTTP requests by route, method and status. The route is
 // the pattern (c.Path()), never the raw URL, so that ids do not explode the
-// number of series; requests that match no route share "unmatched".
+// number of series; requests that match no route share "unmatched", and
+// methods outside the standard set share "other": both come from anonymous
+// clients, so a raw label would let anyone add series without bound.
 func (m *metrics) middleware() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -143,12 +145,27 @@ func (m *metrics) middleware() echo.MiddlewareFunc {
 			if route == "" || (status == http.StatusNotFound && strings.HasSuffix(route, "/*")) {
 				route = "unmatched"
 			}
-			method := c.Request().Method
+			method := methodLabel(c.Request().Method)
 			m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status/100)+"xx").Inc()
 			m.httpDuration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 			return err
 		}
 	}
+}
+
+// knownMethods are the methods labelled as themselves (RFC 9110 and PATCH).
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// methodLabel is the method label of a request: made-up methods share one.
+func methodLabel(method string) string {
+	if knownMethods[method] {
+		return method
+	}
+	return "other"
 }
 
 // handler serves /metrics.

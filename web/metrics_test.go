@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -283,6 +284,43 @@ func TestMetricsMiddlewareAndProductMetricsHandler(t *testing.T) {
 			if strings.Contains(k, "ses_1") || strings.Contains(k, "/no/such") {
 				t.Errorf("raw URL leaked into a label: %s", k)
 			}
+		}
+	})
+}
+
+// TestMetricsSeriesBoundedForAnonymousRequests is the regression test for
+// made-up methods and paths: anonymous requests must not add a series each.
+func TestMetricsSeriesBoundedForAnonymousRequests(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		e := testEcho(t, s, Config{})
+		series := func() int {
+			n := 0
+			for k := range scrape(t, e) {
+				if strings.HasPrefix(k, "taskpilots_http_request") {
+					n++
+				}
+			}
+			return n
+		}
+		send := func(i int) {
+			paths := []string{"/", "/login", "/api/v1/sessions", "/healthz", "/static/app.js"}
+			for _, p := range []string{fmt.Sprintf("/made/up/%d", i), paths[i%len(paths)]} {
+				rec := httptest.NewRecorder()
+				e.ServeHTTP(rec, httptest.NewRequest(fmt.Sprintf("XMETHOD%d", i), p, nil))
+			}
+		}
+		for i := range 5 {
+			send(i)
+		}
+		series() // the scrape itself is a request with its own series
+		before := series()
+		for i := 5; i < 105; i++ {
+			send(i)
+		}
+		// 200 more requests with fresh methods and paths add no series: the
+		// warm-up already used every label they can have.
+		if after := series(); after != before {
+			t.Errorf("%d series after 200 requests with made-up methods, %d before", after, before)
 		}
 	})
 }

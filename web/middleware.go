@@ -3,9 +3,12 @@ package web
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -160,11 +163,16 @@ func bodyLimit(limit int64) echo.MiddlewareFunc {
 // (htmx; static/app.js adds it). Browsers that send Sec-Fetch-Site are
 // checked by it instead. The bearer-token API is exempt: browsers do not
 // attach bearer tokens by themselves, so it cannot be forged cross-site.
+//
+// Echo's "form:" lookup reads the query string too (Request.Form merges it),
+// and a token in a URL leaks through logs, history and Referer headers; so a
+// state-changing request that carries _csrf in its query is refused before
+// the token is looked up, and only the body or the header can supply it.
 func csrf(trustProxy bool) echo.MiddlewareFunc {
 	mk := func(secure bool) echo.MiddlewareFunc {
 		return middleware.CSRFWithConfig(middleware.CSRFConfig{
 			Skipper:        isMachinePath,
-			TokenLookup:    "form:_csrf,header:" + echo.HeaderXCSRFToken,
+			TokenLookup:    "form:" + csrfField + ",header:" + echo.HeaderXCSRFToken,
 			ContextKey:     handlers.CSRFContextKey,
 			CookieName:     "taskpilots_csrf",
 			CookiePath:     "/",
@@ -185,12 +193,66 @@ func csrf(trustProxy bool) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		p, s := plain(next), secure(next)
 		return func(c echo.Context) error {
+			if r := c.Request(); !isMachinePath(c) && !safeMethod(r.Method) && r.URL.Query().Has(csrfField) {
+				return handlers.ErrCSRF
+			}
 			if isHTTPS(c.Request(), trustProxy) {
 				return s(c)
 			}
 			return p(c)
 		}
 	}
+}
+
+// rejectNUL refuses a NUL character (U+0000) in the path or the query string
+// of any request: PostgreSQL cannot compare or store NUL, so without this a
+// NUL in an id or a filter was a 500 on PostgreSQL. An id with NUL names
+// nothing: 404. A query parameter with NUL is a 422 naming it (problem+json
+// on the API, the error page in the console). Bodies are checked where they
+// are read: JSON by handlers' bind, forms by the models validators, whose
+// 422 the console shows inline.
+func rejectNUL() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if models.HasNUL(r.URL.Path) {
+				return echo.ErrNotFound
+			}
+			v := &models.ValidationError{}
+			checkValues(v, r.URL.Query())
+			if err := v.Err(); err != nil {
+				return err
+			}
+			return next(c)
+		}
+	}
+}
+
+// checkValues adds a NUL problem for every parameter of vals whose name or
+// any of whose values holds NUL.
+func checkValues(v *models.ValidationError, vals url.Values) {
+	for _, name := range slices.Sorted(maps.Keys(vals)) { // a stable order of errors
+		xs := vals[name]
+		if models.HasNUL(name) {
+			v.Add(strings.ReplaceAll(name, "\x00", `\u0000`), models.NULMessage)
+			continue
+		}
+		for _, x := range xs {
+			if models.HasNUL(x) {
+				v.Add(name, models.NULMessage)
+				break
+			}
+		}
+	}
+}
+
+// csrfField is the form field that carries the CSRF token.
+const csrfField = "_csrf"
+
+// safeMethod reports the methods the CSRF check lets through (they must not
+// change state).
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
 }
 
 // headAsGet answers HEAD like GET without the body (Echo routes HEAD only

@@ -152,6 +152,7 @@ func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
 		requestLogger(log),
 		recoverPanics(log),
 		bodyLimit(cfg.BodyLimit),
+		rejectNUL(),
 		csrf(cfg.TrustProxy),
 		skipFor(auth.LoadUser(), isMachinePath),
 	)

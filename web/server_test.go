@@ -218,6 +218,12 @@ func TestCSRFProtectsWrites(t *testing.T) {
 		if resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("cross-site: %d, want 403", resp.StatusCode)
 		}
+		// A valid token in the query string is refused: URLs leak (logs,
+		// history, Referer), so only the body or the header may carry it.
+		resp, _ = postForm(t, c, srv.URL+"/console/test/create?_csrf="+url.QueryEscape(tok), url.Values{"goal": {"query token"}})
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("token in the query string: %d, want 403", resp.StatusCode)
+		}
 		if n := sessions(); n != 0 {
 			t.Fatalf("%d sessions written by refused requests", n)
 		}

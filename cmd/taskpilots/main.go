@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -156,8 +155,18 @@ func envOr(env *cliEnv, key, def string) string {
 
 // databaseFlag registers --database-url with its environment default.
 func databaseFlag(env *cliEnv, fs *flag.FlagSet) *string {
-	return fs.String("database-url", envOr(env, "TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
+	p := fs.String("database-url", envOr(env, "TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
 		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
+	redactDefault(fs, "database-url")
+	return p
+}
+
+// redactDefault masks the passwords in the default of a database URL flag,
+// which -h prints (it comes from TASKPILOTS_DATABASE_URL).
+func redactDefault(fs *flag.FlagSet, name string) {
+	if f := fs.Lookup(name); f != nil {
+		f.DefValue = redactURL(f.DefValue)
+	}
 }
 
 // envDefaults reads flag defaults from TASKPILOTS_* variables and remembers
@@ -293,13 +302,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// redactURL hides the password of a database URL for display.
+// redactURL hides the passwords of a database URL (userinfo and query) for
+// display.
 func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
+	return models.RedactDatabaseURL(raw)
 }
 
 // openStore opens the database; it does not migrate.

@@ -42,6 +42,7 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs := newFlagSet(env, "serve")
 	fs.StringVar(&o.databaseURL, "database-url", d.String("TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
 		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
+	redactDefault(fs, "database-url")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 20),
 		"PostgreSQL connection pool size of this process (env TASKPILOTS_DB_MAX_CONNS)")
 	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),

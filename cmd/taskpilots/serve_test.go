@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
 	"github.com/taskpilots/handoff/web"
 )
 
@@ -263,5 +264,38 @@ func TestReadmeDocumentsServeFlags(t *testing.T) {
 	})
 	if n < 10 {
 		t.Fatalf("only %d serve flags", n)
+	}
+}
+
+// TestServeLogRedactsDatabasePassword: a password given in the database
+// URL's query (or userinfo) never reaches the start-up log line or the
+// output of `migrate status`.
+func TestServeLogRedactsDatabasePassword(t *testing.T) {
+	const secret = "s3cret-in-query"
+	dbURL := storetest.NewURL(t, models.Postgres)
+	if strings.Contains(dbURL, "?") {
+		dbURL += "&password=" + secret
+	} else {
+		dbURL += "?password=" + secret
+	}
+	// The test cluster trusts local connections, so the password is ignored
+	// by the server; what matters is where it is printed. An address that
+	// cannot be listened on ends serve right after its start-up line.
+	r := runCLI(t, nil, "", "serve", "--database-url", dbURL, "--addr", "127.0.0.1:99999", "--demo=false")
+	if !strings.Contains(r.stderr, "starting TaskPilots Handoff") {
+		t.Fatalf("no start-up line in the log:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stderr, "password=xxxxx") {
+		t.Errorf("the start-up line does not show the redacted URL:\n%s", r.stderr)
+	}
+	r2 := runCLI(t, nil, "", "migrate", "status", "--database-url", dbURL)
+	// -h prints the flag's default, which comes from the environment.
+	env := map[string]string{"TASKPILOTS_DATABASE_URL": dbURL}
+	h1, h2 := runCLI(t, env, "", "serve", "-h"), runCLI(t, env, "", "migrate", "status", "-h")
+	for name, out := range map[string]string{"serve": r.stdout + r.stderr, "migrate status": r2.stdout + r2.stderr,
+		"serve -h": h1.stdout + h1.stderr, "migrate status -h": h2.stdout + h2.stderr} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%s printed the database password:\n%s", name, out)
+		}
 	}
 }
