@@ -414,7 +414,7 @@ FROM generate_series(1, ?) AS i`, n).Error
 		!g.OldestReady.Equal(time.Date(2026, 11, 1, 0, 1, 40, 0, time.UTC)) {
 		t.Errorf("refunds gauge = %+v", g)
 	}
-	explain("queue gauges", "sessions_stalled_idx")
+	explain("queue gauges", "sessions_stalled_idx|sessions_status_updated_idx")
 }
 
 // TestDrainRoute: the explicit action delegates open sessions waiting on a
