@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"gorm.io/gorm"
 )
@@ -445,10 +446,22 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 	return next, ev, proj, data, nil
 }
 
-const updateSessionSet = `UPDATE sessions SET parent_id = ?, ticket_ref = ?, goal = ?, status = ?, priority = ?,
-	state_version = ?, current_step = ?, queue = ?, assignee = ?, state = ?, last_hash = ?,
-	escalated_at = ?, updated_at = ?, resume_at = ?, join_due_at = ?, search_notes = ?, input_requested_at = ?,
-	reason_code = ?, next_step = ?
+// projectionColumns are the session row's columns that every write sets
+// from the state, besides id and created_at, and projectionValues their
+// values in the same order: the insert and the conditional update below are
+// both derived from this one list, so a new projection column is added here
+// (and in projection) only.
+var projectionColumns = []string{"parent_id", "ticket_ref", "goal", "status", "priority", "state_version",
+	"current_step", "queue", "assignee", "state", "last_hash", "escalated_at", "updated_at", "resume_at",
+	"join_due_at", "search_notes", "input_requested_at", "reason_code", "next_step"}
+
+func (p Session) projectionValues() []any {
+	return []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
+		p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
+		p.InputRequestedAt, p.ReasonCode, p.NextStep}
+}
+
+var updateSessionSet = `UPDATE sessions SET ` + strings.Join(projectionColumns, " = ?, ") + ` = ?
 	WHERE id = ? AND state_version = ?`
 
 // feed_xid is the writing transaction's id on PostgreSQL (NULL on SQLite), for
@@ -481,13 +494,9 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 		ev.Payload, ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt}
 	var args []any
 	if creates {
-		args = []any{p.ID, p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.CreatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
-			p.InputRequestedAt, p.ReasonCode, p.NextStep}
+		args = append([]any{p.ID, p.CreatedAt}, p.projectionValues()...)
 	} else {
-		args = []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-			p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
-			p.InputRequestedAt, p.ReasonCode, p.NextStep, p.ID, before}
+		args = append(p.projectionValues(), p.ID, before)
 	}
 	if s.Dialect == Postgres {
 		q := updateSessionWithEvent
@@ -511,10 +520,8 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 // session_id, so the statement itself fails and nothing queued with it can
 // commit (the COMMIT may be in the same batch).
 var (
-	insertSession = `INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version,
-	current_step, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, resume_at, join_due_at,
-	search_notes, input_requested_at, reason_code, next_step)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertSession = `INSERT INTO sessions (id, created_at, ` + strings.Join(projectionColumns, ", ") + `)
+	VALUES (?, ?` + strings.Repeat(", ?", len(projectionColumns)) + `)`
 	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz, pg_current_xact_id()::text::bigint)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
