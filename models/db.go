@@ -240,6 +240,16 @@ func isUniqueViolation(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
+// isUniqueViolationOn reports a unique violation of one constraint: its
+// PostgreSQL name, or SQLite's "table.column" in the message.
+func isUniqueViolationOn(err error, pgConstraint, sqliteColumn string) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505" && pgErr.ConstraintName == pgConstraint
+	}
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: "+sqliteColumn)
+}
+
 func isNotNullViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23502"
