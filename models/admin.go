@@ -176,6 +176,12 @@ func (s *Store) FindUser(ctx context.Context, idOrEmail string) (User, error) {
 	return us[0], nil
 }
 
+// PasswordMatches reports whether password is u's, for checks that must not
+// log anyone in (a disabled user matches too).
+func PasswordMatches(u User, password string) bool {
+	return bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil
+}
+
 // AdminCreateUser creates a user and audits it, in one transaction. Without
 // a password one is generated and returned (shown once, never stored).
 func (s *Store) AdminCreateUser(ctx context.Context, admin User, in CreateUserInput) (User, string, error) {

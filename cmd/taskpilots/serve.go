@@ -175,6 +175,16 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 			"  console with it; `taskpilots user create` adds more users.\n%s\n\n",
 			line, email, password, line)
 	}
+	// Earlier releases gave the demo users a published password, on any
+	// database; such accounts are closed whatever --demo says.
+	retired, err := demo.RetireLegacyAccounts(ctx, s, operator(env))
+	if err != nil {
+		return err
+	}
+	if len(retired) > 0 {
+		env.log.Warn("disabled demo users that still had the published demo password of earlier releases; "+
+			"an admin may enable them and reset their passwords in the console", "users", retired)
+	}
 	if !withDemo {
 		return nil
 	}

@@ -833,3 +833,40 @@ func (d *seeder) play() {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// legacyPassword is the fixed password that releases before random demo
+// passwords gave both demo users, and that their README published. It is
+// kept only to find accounts that still have it (RetireLegacyAccounts).
+const legacyPassword = "demo-password-1"
+
+// RetireLegacyAccounts finds demo users that still have the published
+// password of earlier releases, on any database, gives each a new random
+// password that nobody is shown and disables it, through the admin
+// functions as op, so that the admin log says what happened. An admin who
+// wants such a user back enables it and resets its password in the console.
+// It returns the emails retired.
+func RetireLegacyAccounts(ctx context.Context, s *models.Store, op models.User) ([]string, error) {
+	var retired []string
+	for _, email := range []string{AgentEmail, ReviewerEmail} {
+		u, err := s.FindUser(ctx, email)
+		if models.ErrorCode(err) == models.ENOTFOUND {
+			continue
+		}
+		if err != nil {
+			return retired, fmt.Errorf("demo: %w", err)
+		}
+		if !models.PasswordMatches(u, legacyPassword) {
+			continue
+		}
+		if _, _, err := s.ResetPassword(ctx, op, u.ID); err != nil {
+			return retired, fmt.Errorf("demo: retire %s: %w", email, err)
+		}
+		if !u.Disabled {
+			if _, err := s.SetUserDisabled(ctx, op, u.ID, true); err != nil {
+				return retired, fmt.Errorf("demo: retire %s: %w", email, err)
+			}
+		}
+		retired = append(retired, email)
+	}
+	return retired, nil
+}
