@@ -198,16 +198,16 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 // asked for them there. Each demo user's password is printed once, beside
 // the first admin's.
 func seedDemo(ctx context.Context, env *cliEnv, s *models.Store, usersBefore int64) error {
-	if s.Dialect != models.SQLite || usersBefore > 0 {
-		env.log.Info("no demo data: it is seeded only into a new embedded SQLite database",
-			"dialect", s.Dialect, "users_before", usersBefore)
-		return nil
-	}
 	some, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("check for existing sessions: %w", err)
 	}
 	if len(some.Sessions) > 0 {
+		return nil
+	}
+	if s.Dialect != models.SQLite || usersBefore > 0 {
+		env.log.Info("no demo data: it is seeded only into a new embedded SQLite database",
+			"dialect", s.Dialect, "users_before", usersBefore)
 		return nil
 	}
 	res, err := demo.Seed(ctx, s)
