@@ -49,7 +49,7 @@ func (o MetricsOpts) Validate() error {
 	return v.Err()
 }
 
-// ProductMetrics are the five product metrics for a window.
+// ProductMetrics are the product metrics for a window.
 type ProductMetrics struct {
 	From    time.Time            `json:"from"`
 	To      time.Time            `json:"to"`
