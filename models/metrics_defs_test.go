@@ -318,3 +318,93 @@ func TestMetricConflictRate(t *testing.T) {
 		})
 	}
 }
+
+// TestProductMetricsPlansOnPostgres: the metrics read only the window's
+// part of the log and of the rejection counters through indexes: with
+// 40,000 sessions of 5 events over 100 days and a counter row per minute,
+// the queries of a one-hour window never scan events or write_rejections
+// sequentially. (No rollups: the figures are recomputed from the log.) It
+// asserts on plans and results, not on time.
+func TestProductMetricsPlansOnPostgres(t *testing.T) {
+	t.Parallel()
+	s := storetest.New(t, models.Postgres)
+	ctx := context.Background()
+	const n = 40_000
+	base := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+	// Session i starts at base + i × 216 s (100 days for 40,000) and has a
+	// created, a delegation on its queue, a lease, a result 10 s later and
+	// nothing else.
+	for _, q := range []string{
+		`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, state, last_hash, created_at, updated_at)
+SELECT 'ses_' || lpad(i::text, 6, '0'), '', 'Goal', 'completed', 2, 4,
+       CASE WHEN i % 2 = 0 THEN 'billing' ELSE 'refunds' END, '', '{}', '',
+       ?::timestamptz + make_interval(secs => i * 216), ?::timestamptz + make_interval(secs => i * 216)
+FROM generate_series(1, ?) AS i`,
+		`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload, prev_hash, hash, created_at)
+SELECT 'evt_' || i || '_' || k, 'ses_' || lpad(i::text, 6, '0'), k,
+       (ARRAY['session.created', 'delegation.created', 'delegation.leased', 'result.completed'])[k],
+       'test', k - 1, k,
+       CASE k WHEN 2 THEN '{"delegation_id":"dlg_' || i || '","queue":"' || CASE WHEN i % 2 = 0 THEN 'billing' ELSE 'refunds' END || '","step":"check","max_attempts":3,"lease_seconds":30}'
+              WHEN 3 THEN '{"delegation_id":"dlg_' || i || '","attempt":1,"worker":"w"}'
+              WHEN 4 THEN '{"delegation_id":"dlg_' || i || '","attempt":1,"step":"check","result_type":"completed"}'
+              ELSE '{"goal":"Goal","priority":2}' END,
+       '', '', ?::timestamptz + make_interval(secs => i * 216 + k * 3)
+FROM generate_series(1, ?) AS i, generate_series(1, 4) AS k`,
+		`INSERT INTO write_rejections (bucket, reason, queue, count)
+SELECT ?::timestamptz + make_interval(mins => m), 'stale', CASE WHEN m % 2 = 0 THEN 'billing' ELSE 'refunds' END, 1
+FROM generate_series(0, 144000) AS m`,
+	} {
+		var args []any
+		switch {
+		case strings.HasPrefix(q, "INSERT INTO sessions"):
+			args = []any{base, base, n}
+		case strings.HasPrefix(q, "INSERT INTO events"):
+			args = []any{base, n}
+		default:
+			args = []any{base}
+		}
+		if err := s.DB.Exec(q, args...).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DB.Exec(`ANALYZE sessions; ANALYZE events; ANALYZE write_rejections`).Error; err != nil {
+		t.Fatal(err)
+	}
+
+	captured := captureSQL(t, s)
+	// The hour starting at session 20,000's start holds sessions
+	// 20,000-20,016 whole (17 × 4 events) and 60 counter minutes.
+	from := base.Add(20_000 * 216 * time.Second)
+	pm, err := s.ProductMetrics(ctx, models.MetricsOpts{From: from, To: from.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := pm.Overall.HandoffSuccess; h.Ended != 17 || h.Succeeded != 17 {
+		t.Errorf("handoff = %+v, want 17 of 17", h)
+	}
+	if c := pm.Overall.StateConflicts; c.Committed != 68 || c.Conflicts != 60 {
+		t.Errorf("conflicts = %+v, want 68 committed, 60 stale", *c)
+	}
+	if b, r := pm.Queues["billing"].StateConflicts, pm.Queues["refunds"].StateConflicts; b.Conflicts != 30 || r.Conflicts != 30 {
+		t.Errorf("per queue conflicts = billing %+v, refunds %+v; want 30 each", *b, *r)
+	}
+	checked := 0
+	for _, q := range *captured {
+		if !strings.Contains(q, "FROM events e") && !strings.Contains(q, "FROM write_rejections") {
+			continue
+		}
+		checked++
+		var plan []string
+		if err := s.DB.Raw("EXPLAIN " + q).Scan(&plan).Error; err != nil {
+			t.Fatalf("explain %s: %v", q, err)
+		}
+		text := strings.Join(plan, "\n")
+		if strings.Contains(text, "Seq Scan on events") || strings.Contains(text, "Seq Scan on write_rejections") {
+			t.Errorf("scans sequentially:\n%s\n%s", q, text)
+		}
+		t.Logf("%s\n%s", q, text)
+	}
+	if checked != 2 {
+		t.Errorf("checked %d metrics queries, want the fold and the rejections", checked)
+	}
+}
