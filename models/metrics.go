@@ -156,8 +156,9 @@ type InfraRetries struct {
 //
 // An interruption and its last sign of life: a lease expiry, from the
 // worker's last heartbeat or, without one, its lease start (not from the
-// expiry's detection, which comes a lease later); a pause, from the pause; an
-// escalation (session.escalated, result.escalated, a failed result that
+// expiry's detection, which comes a lease or more later; expiries recorded
+// before last_seen_at existed use the lease start); a pause, from the pause;
+// an escalation (session.escalated, result.escalated, a failed result that
 // escalates, a join that was not met), from the escalation. Productive
 // transitions are a re-lease (delegation.leased) and a resume
 // (session.resumed), which end a machine recovery, and a human decision
