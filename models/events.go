@@ -141,6 +141,11 @@ type ExpiredPayload struct {
 	Worker       string `json:"worker,omitempty"`
 	NextAttempt  int    `json:"next_attempt"`
 	Exhausted    bool   `json:"exhausted,omitempty"`
+	// LastSeenAt is the worker's last sign of life (RFC 3339): its last
+	// heartbeat, or the lease start without one. The recovery time of the
+	// interruption starts here, not at the expiry's detection. Events
+	// written before it was recorded lack it.
+	LastSeenAt string `json:"last_seen_at,omitempty"`
 }
 
 // Failure is the failure part of a failed result.

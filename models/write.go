@@ -131,12 +131,12 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 	}
 	var (
 		notify   []string
-		events   []committed
+		trace    execTrace
 		parentID string
 	)
 	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *Tx) (Outcome, error) {
-		events = events[:0]
-		out, queues, next, err := s.executeTx(tx, cmd, &events)
+		trace = execTrace{}
+		out, queues, next, err := s.executeTx(tx, cmd, &trace)
 		notify, parentID = queues, ""
 		if err == nil && next.ParentID != "" && next.Status.Terminal() {
 			parentID = next.ParentID
@@ -144,23 +144,21 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		return out, err
 	})
 	if err != nil {
-		if s.Observer != nil && !errors.Is(err, errSkip) && !errors.Is(err, errNoWork) {
-			s.Observer.Rejected(cmd.Type, ErrorCode(err))
+		if !errors.Is(err, errSkip) && !errors.Is(err, errNoWork) {
+			s.rejected(ctx, cmd.Type, err, trace.queue)
 		}
 		return out, err
 	}
 	if out.Replayed {
-		if s.Observer != nil {
-			s.Observer.Rejected(cmd.Type, EIDEMPOTENCY)
-		}
+		s.rejected(ctx, cmd.Type, errReplayed, trace.queue)
 		return out, nil
 	}
 	for _, q := range notify {
 		s.announce(q)
 	}
 	if s.Observer != nil {
-		for _, c := range events {
-			s.Observer.Committed(c.ev, c.status)
+		for _, c := range trace.events {
+			s.Observer.Committed(c.ev, c.status, c.queue)
 		}
 	}
 	if parentID != "" {
@@ -295,17 +293,26 @@ func (s *Store) ExecuteTx(tx *Tx, cmd Command) (Outcome, []string, error) {
 	return out, wake, err
 }
 
-// committed is one event a command wrote and the status it left, for the
-// Observer once the transaction commits.
+// committed is one event a command wrote, the status and queue it left, for
+// the Observer once the transaction commits.
 type committed struct {
 	ev     Event
 	status Status
+	queue  string
 }
 
-// executeTx is ExecuteTx that also appends every event it writes to events
-// (when not nil) and returns the final state, for Execute's observers and
-// chained commands.
-func (s *Store) executeTx(tx *Tx, cmd Command, events *[]committed) (Outcome, []string, State, error) {
+// execTrace is what executeTx reports besides its result: the events it
+// wrote (for the Observer after commit) and the queue of the session it
+// locked, which a rejection is counted under even though the transaction
+// that read it rolls back.
+type execTrace struct {
+	events []committed
+	queue  string
+}
+
+// executeTx is ExecuteTx that also reports to trace (when not nil) and
+// returns the final state, for Execute's observers and chained commands.
+func (s *Store) executeTx(tx *Tx, cmd Command, trace *execTrace) (Outcome, []string, State, error) {
 	var (
 		row     Session
 		cur     State
@@ -326,6 +333,9 @@ func (s *Store) executeTx(tx *Tx, cmd Command, events *[]committed) (Outcome, []
 		if err != nil {
 			return Outcome{}, nil, State{}, err
 		}
+		if trace != nil {
+			trace.queue = row.Queue
+		}
 		if cur, err = row.Decode(); err != nil {
 			return Outcome{}, nil, State{}, err
 		}
@@ -344,8 +354,8 @@ func (s *Store) executeTx(tx *Tx, cmd Command, events *[]committed) (Outcome, []
 		if err != nil {
 			return Outcome{}, nil, State{}, err
 		}
-		if events != nil {
-			*events = append(*events, committed{ev: ev, status: next.Status})
+		if trace != nil {
+			trace.events = append(trace.events, committed{ev: ev, status: next.Status, queue: next.Queue})
 		}
 		prevData := out.Data
 		out = Outcome{SessionID: cmd.SessionID, Status: next.Status, StateVersion: next.Version, EventID: ev.ID, Seq: ev.Seq, Data: prevData}

@@ -189,7 +189,9 @@ func logFigures(t *testing.T, rep drillReport) {
 		rep.Seed, rep.OK, rep.ScenarioSeconds, rep.ElapsedSeconds, rep.Sessions.Settled, rep.Sessions.Planned, rep.Checks.Events,
 		rep.Faults, rep.Expectations.Checked, rep.Expectations.Mismatches, rep.Retries)
 	if m != nil {
-		line += fmt.Sprintf(" handoff=%s rework=%s recovery_mean=%ss conflicts_per_1000=", f(m.HandoffSuccess.Rate), f(m.Rework.Rate), f(m.Recovery.MeanSeconds))
+		line += fmt.Sprintf(" handoff=%s rework=%s infra_retries=%d(%s) machine_recovery_mean=%ss max=%ss human_wait_mean=%ss conflicts_per_1000=",
+			f(m.HandoffSuccess.Rate), f(m.Rework.Rate), m.InfraRetries.Retries, f(m.InfraRetries.Rate),
+			f(m.Recovery.Machine.MeanSeconds), f(m.Recovery.Machine.MaxSeconds), f(m.Recovery.Human.MeanSeconds))
 		if m.StateConflicts != nil {
 			line += f(m.StateConflicts.PerThousand)
 		}
