@@ -624,7 +624,7 @@ func (d SessionDetail) ClaimedAt() UTCTime {
 // a form rendered at v.
 func (d SessionDetail) EventsSince(v int64) []Event {
 	for i, e := range d.Events {
-		if e.Seq > v {
+		if e.VersionAfter > v {
 			return d.Events[i:]
 		}
 	}
