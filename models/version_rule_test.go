@@ -141,9 +141,9 @@ func TestLegacyAuditEventsReplay(t *testing.T) {
 	// A work event must move it, and once seq ran ahead an audit event
 	// cannot move it either.
 	for name, evs := range map[string][]models.Event{
-		"work without a move": {created, mk(2, 1, 1, models.EventSessionPaused, `{}`)},
+		"work without a move":         {created, mk(2, 1, 1, models.EventSessionPaused, `{}`)},
 		"audit moving after an audit": {created, mk(2, 1, 1, models.EventReviewScored, `{}`), mk(3, 1, 2, models.EventReviewScored, `{}`)},
-		"seq behind version": {created, mk(2, 1, 3, models.EventSessionPaused, `{}`)},
+		"seq behind version":          {created, mk(2, 1, 3, models.EventSessionPaused, `{}`)},
 	} {
 		if _, err := models.Replay(evs); err == nil {
 			t.Errorf("%s: replay accepted it", name)
