@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -149,6 +150,7 @@ func TestBlindReviewRedactedInReadPaths(t *testing.T) {
 		root, _ := agent(t, b, "Root Admin", models.RoleAdmin)
 		rita := newUser(t, s, "rita@example.com", models.RoleReviewer)
 		e := newAPIEnv(t, s)
+		s.Reviews = models.ReviewPolicy{DoubleShare: 1} // newAPIEnv's server set the default
 
 		id := decidedBy(t, s, anaU)
 		if _, err := s.SyncReviewItems(ctx, models.ReviewPolicy{DoubleShare: 1}); err != nil {
@@ -206,6 +208,46 @@ func TestBlindReviewRedactedInReadPaths(t *testing.T) {
 			if p := reviewPayload(raw); p["comment"] != secret {
 				t.Errorf("%s for an admin token: %v, want the comment", name, p)
 			}
+		}
+	})
+}
+
+// reviewSnapshot renders every row of the tables a write would touch,
+// review tables included.
+func reviewSnapshot(t *testing.T, s *models.Store) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(apiSnapshot(t, s))
+	for _, table := range []string{"review_items", "review_claims", "review_scores", "review_sync"} {
+		var rows []map[string]any
+		if err := s.DB.Table(table).Find(&rows).Error; err != nil {
+			t.Fatalf("snapshot %s: %v", table, err)
+		}
+		fmt.Fprintf(&b, "%s: %d rows %v\n", table, len(rows), rows)
+	}
+	return b.String()
+}
+
+// TestReviewQueuePageOnlyReads: the review queue page shows a decision made
+// a moment ago, and loading it writes nothing (it used to fill the queue on
+// page load; the decision's own transaction does now).
+func TestReviewQueuePageOnlyReads(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		b := newBrowser(t, s, web.Config{Reviews: models.ReviewPolicy{DoubleShare: -1}})
+		_, ana := agent(t, b, "Ana Agent", models.RoleAgent)
+		rita, _ := agent(t, b, "Rita Reviewer", models.RoleReviewer)
+		id := decidedBy(t, s, ana)
+
+		before := reviewSnapshot(t, s)
+		for _, path := range []string{"/console/reviews", "/console/reviews?assigned=me", "/console/reviews/" + id + "/4"} {
+			getDoc(rita, path)
+		}
+		doc := getDoc(rita, "/console/reviews")
+		if after := reviewSnapshot(t, s); after != before {
+			t.Fatalf("GET of the review pages wrote:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+		if got := attrs(doc.Find(`[data-testid="review-item"]`), "data-session-id"); len(got) != 1 || got[0] != id {
+			t.Fatalf("queue = %v, want the decided session %s", got, id)
 		}
 	})
 }

@@ -40,6 +40,7 @@ func TestBlindDoubleReviewRedacted(t *testing.T) {
 		rolf := mustUser(t, s, "rolf@example.com", models.RoleReviewer)
 		admin := mustUser(t, s, "root@example.com", models.RoleAdmin)
 		p := models.ReviewPolicy{DoubleShare: 1}
+		s.Reviews = p
 		hook := newHook(t, s, string(models.EventReviewScored))
 		sid := decided(ctx, t, s, agent, "refunds")
 		if _, err := s.SyncReviewItems(ctx, p); err != nil {

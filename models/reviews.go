@@ -351,6 +351,29 @@ ON CONFLICT (name) DO UPDATE SET watermark = CASE WHEN excluded.watermark > revi
 	return added, nil
 }
 
+// queueReviewItem queues, in the decision's transaction, the review item of
+// decision ev on cur, the state just before it (row its projection row):
+// the package at the escalation's version, escalated when the session
+// entered human hands, claimed at the first claim after the escalation. An
+// item that exists already (the sync of an older binary) is kept.
+func (s *Store) queueReviewItem(tx *Tx, row Session, cur State, ev Event) {
+	at := cur.Escalation.AtVersion
+	escalatedAt := row.EscalatedAt.Time
+	if !row.EscalatedAt.Valid {
+		escalatedAt = ev.CreatedAt
+	}
+	tx.Later(failWith("session %s: queue review item", ev.SessionID),
+		`INSERT INTO review_items (session_id, at_version, decision_event_id, decision_type, decided_by, queue, ticket_ref,
+	escalated_at, claimed_at, decided_at, needed, scored, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?,
+	(SELECT min(created_at) FROM events WHERE session_id = ? AND type = ? AND version_after > ?),
+	?, ?, 0, ?)
+ON CONFLICT DO NOTHING`,
+		ev.SessionID, at, ev.ID, ev.Type, ev.Actor, cur.Queue, cur.TicketRef, escalatedAt,
+		ev.SessionID, EventHumanClaimed, at,
+		ev.CreatedAt, s.Reviews.withDefaults().Needed(ev.SessionID, at), NewUTCTime(s.now()))
+}
+
 // addReviewItem adds the item of one decision event: the escalation it ended
 // is read from the state just before the decision.
 func (s *Store) addReviewItem(ctx context.Context, d Event, p ReviewPolicy) (bool, error) {

@@ -30,6 +30,7 @@ func TestVersionRule(t *testing.T) {
 func auditedAfterVersion(ctx context.Context, t *testing.T, s *models.Store) string {
 	t.Helper()
 	clk := setFanClock(s)
+	s.Reviews = models.ReviewPolicy{DoubleShare: -1}
 	agent := mustUser(t, s, "ann-"+models.NewID("u")[2:10]+"@example.com", models.RoleAgent)
 	rita := mustUser(t, s, "rita-"+models.NewID("u")[2:10]+"@example.com", models.RoleReviewer)
 	sid, _ := workerEscalated(ctx, t, s, "refunds")

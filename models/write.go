@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"gorm.io/gorm"
@@ -443,6 +444,11 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 		}
 	}
 	s.appendEvent(tx, creates, proj, row.LastSeq, ev)
+	if !creates && cur.Escalation != nil && slices.Contains(DecisionEvents, cmd.Type) {
+		// A human decided an escalation: it is due for review, in the
+		// transaction of the decision (reads never write the queue).
+		s.queueReviewItem(tx, row, cur, ev)
+	}
 	var data any
 	if cmd.Effect != nil {
 		if data, err = cmd.Effect(tx, next, ev); err != nil {
