@@ -128,8 +128,9 @@ func (a *API) listEvents(c echo.Context) error {
 }
 
 // stateAt serves GET /sessions/{id}/state?version=V: the state rebuilt by
-// replaying the first V events, in the canonical encoding the session row
-// stores (so version = current answers exactly the stored state).
+// replaying its events up to version V (models.Store.StateAt), in the
+// canonical encoding the session row stores (so version = current answers
+// exactly the stored state).
 func (a *API) stateAt(c echo.Context) error {
 	v := &models.ValidationError{}
 	if c.QueryParam("version") == "" {
