@@ -151,3 +151,53 @@ func TestLegacyAuditEventsReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestLastSeqBackfill: a session written before invariant 10, whose review
+// score moved the version, gets last_seq from migration 00015 (the newest
+// seq was the version then), verifies, and takes writes under the rule.
+func TestLastSeqBackfill(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		id := storetest.Session(ctx, t, s, nil)
+		row, err := s.GetSession(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := row.Decode()
+		payload, _ := models.Canonical(models.ReviewPayload{Reviewer: "user:old", AtVersion: 1, Scores: allScores(3)})
+		legacy := models.Event{ID: models.NewID("evt"), SessionID: id, Seq: 2, Type: models.EventReviewScored, Actor: "user:old",
+			VersionBefore: 1, VersionAfter: 2, Payload: string(payload), PrevHash: row.LastHash, CreatedAt: row.CreatedAt}
+		legacy.Hash = models.ComputeHash(legacy)
+		if st, err = models.Apply(st, legacy); err != nil {
+			t.Fatal(err)
+		}
+		state, _ := models.EncodeState(st)
+		if err := s.DB.Create(&legacy).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB.Exec(`UPDATE sessions SET state = ?, state_version = 2, last_hash = ?, last_seq = 0 WHERE id = ?`,
+			string(state), legacy.Hash, id).Error; err != nil {
+			t.Fatal(err)
+		}
+		if v, err := s.MigrateDown(ctx); err != nil || v != 15 {
+			t.Fatalf("down rolled back %d, %v", v, err)
+		}
+		if _, err := s.MigrateUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if row, _ = s.GetSession(ctx, id); row.LastSeq != 2 || row.StateVersion != 2 {
+			t.Fatalf("after 00015: seq %d version %d, want 2 and 2", row.LastSeq, row.StateVersion)
+		}
+		verifyAll(ctx, t, s)
+		out, err := s.Transition(ctx, id, models.EventSessionPaused, "test:controller", "", models.TransitionInput{ExpectedVersion: v64(2)})
+		if err != nil || out.StateVersion != 3 || out.Seq != 3 {
+			t.Fatalf("pause at 2: %+v %v", out, err)
+		}
+		out, err = s.Execute(ctx, models.Command{SessionID: id, Type: models.EventReviewScored, Actor: "user:new",
+			Payload: models.ReviewPayload{Reviewer: "user:new", AtVersion: 1, Scores: allScores(4)}})
+		if err != nil || out.StateVersion != 3 || out.Seq != 4 {
+			t.Fatalf("score under the rule: %+v %v", out, err)
+		}
+		verifyAll(ctx, t, s)
+	})
+}
