@@ -51,6 +51,10 @@ type Store struct {
 	Wake *Broker
 	// SLA is the escalation SLA per priority; nil means DefaultSLAPolicy.
 	SLA SLAPolicy
+	// Reviews is the review policy: the write path adds a decided
+	// escalation to the review queue with it (the zero value is the
+	// default policy).
+	Reviews ReviewPolicy
 	// Observer, if set, hears about committed and rejected writes.
 	Observer Observer
 	url      string
