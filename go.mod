@@ -18,6 +18,7 @@ require (
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
+	github.com/taskpilots/handoff/client v0.0.0
 	golang.org/x/crypto v0.59.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
@@ -82,3 +83,5 @@ require (
 )
 
 tool github.com/a-h/templ/cmd/templ
+
+replace github.com/taskpilots/handoff/client => ./client

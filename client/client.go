@@ -94,7 +94,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 	c := &Client{
 		base: base, token: token, maxRetries: 4,
 		minBackoff: 100 * time.Millisecond, maxBackoff: 5 * time.Second, timeout: 30 * time.Second,
-		userAgent: "taskpilots-go-client/1", log: slog.New(slog.DiscardHandler),
+		userAgent: "taskpilots-go-client/1", log: slog.New(discardHandler{}),
 	}
 	for _, o := range opts {
 		o(c)
