@@ -385,6 +385,13 @@ func (c *Client) Pause(ctx context.Context, id string, in TransitionInput, opts 
 	return c.transition(ctx, id, "pause", in, opts)
 }
 
+// Snooze pauses a session until a time (controller): it resumes by itself
+// then. in.Until is set from until.
+func (c *Client) Snooze(ctx context.Context, id string, until time.Time, in TransitionInput, opts ...CallOption) (Outcome, error) {
+	in.Until = until.UTC().Format(time.RFC3339Nano)
+	return c.transition(ctx, id, "pause", in, opts)
+}
+
 // Resume resumes a paused session (controller).
 func (c *Client) Resume(ctx context.Context, id string, in TransitionInput, opts ...CallOption) (Outcome, error) {
 	return c.transition(ctx, id, "resume", in, opts)
