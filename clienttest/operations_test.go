@@ -47,7 +47,9 @@ var clientCalls = []struct {
 		return err
 	}},
 	{"createSession", func(ctx context.Context, f *opFixture) (err error) {
-		f.session, err = f.controller.CreateSession(ctx, client.CreateSessionInput{Goal: "Refund order 1182 if eligible", TicketRef: "T-1182"})
+		f.session, err = f.controller.CreateSession(ctx, client.CreateSessionInput{Goal: "Refund order 1182 if eligible", TicketRef: "T-1182",
+			Constraints: []string{"refunds over 200 EUR need a human"}, Resources: []client.Resource{{Name: "orders-db", URI: "db://orders"}},
+			DoneCriteria: []string{"refund issued or denial explained"}, Facts: map[string]any{"order_total": "240 EUR"}, Priority: 2})
 		if err == nil {
 			f.other, err = f.controller.CreateSession(ctx, client.CreateSessionInput{Goal: "Replace the blender", TicketRef: "T-2001"})
 		}
@@ -58,11 +60,11 @@ var clientCalls = []struct {
 		return err
 	}},
 	{"listSessions", func(ctx context.Context, f *opFixture) error {
-		_, err := f.worker.ListSessions(ctx, client.ListSessionsOptions{Statuses: []string{"open"}, Stalled: true, Q: "refund"})
+		_, err := f.worker.ListSessions(ctx, client.ListSessionsOptions{Statuses: []string{"open"}, Q: "refund", Limit: 20})
 		return err
 	}},
 	{"addNote", func(ctx context.Context, f *opFixture) (err error) {
-		f.session, err = f.controller.AddNote(ctx, f.session.SessionID, client.NoteInput{Text: "customer is a VIP"})
+		f.session, err = f.controller.AddNote(ctx, f.session.SessionID, client.NoteInput{Text: "Customer is a VIP: refund without the usual photo proof."})
 		return err
 	}},
 	{"pauseSession", func(ctx context.Context, f *opFixture) (err error) {
@@ -152,16 +154,12 @@ var clientCalls = []struct {
 	{"deleteRoute", func(ctx context.Context, f *opFixture) error {
 		return f.controller.DeleteRoute(ctx, "issue-refund")
 	}},
-	{"listFeedEvents", func(ctx context.Context, f *opFixture) error {
-		_, err := f.controller.Feed(ctx, client.FeedOptions{Types: []string{"session.created"}, Limit: 10})
-		return err
-	}},
 	{"getProductMetrics", func(ctx context.Context, f *opFixture) error {
 		_, err := f.worker.Metrics(ctx, client.MetricsOptions{Window: "7d", Queue: "refunds"})
 		return err
 	}},
 	{"createWebhook", func(ctx context.Context, f *opFixture) error {
-		w, err := f.admin.CreateWebhook(ctx, client.WebhookInput{URL: f.receiver, Types: []string{"session.created"}, Description: "test"})
+		w, err := f.admin.CreateWebhook(ctx, client.WebhookInput{URL: f.receiver, Types: []string{"session.created"}, Description: "New sessions to the triage bot"})
 		f.webhookID = w.ID
 		if err != nil {
 			return err
@@ -174,6 +172,10 @@ var clientCalls = []struct {
 			return err
 		}
 		_, err = (&web.Dispatcher{Store: f.s, Log: slog.New(slog.DiscardHandler)}).Pass(ctx)
+		return err
+	}},
+	{"listFeedEvents", func(ctx context.Context, f *opFixture) error {
+		_, err := f.controller.Feed(ctx, client.FeedOptions{Types: []string{"session.created"}, Limit: 10})
 		return err
 	}},
 	{"listWebhooks", func(ctx context.Context, f *opFixture) error {

@@ -2,9 +2,11 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/taskpilots/handoff/handlers"
+	"github.com/taskpilots/handoff/handlers/apicontract"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -262,5 +265,55 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		if strings.Join(documented, ",") != strings.Join(accepted, ",") {
 			t.Errorf("schema %s documents %v, the API accepts %v", name, documented, accepted)
 		}
+	}
+}
+
+// TestOpenAPIEveryOperationHasExamples: the rendered reference and client
+// authors learn the API from examples, so every operation has them: its
+// request body, every answer with a body (the shared problem answers
+// included) and its path parameters. Loading the document checks each
+// example against its schema.
+func TestOpenAPIEveryOperationHasExamples(t *testing.T) {
+	t.Parallel()
+	v, err := apicontract.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for path, item := range v.Doc().Paths.Map() {
+		for method, op := range item.Operations() {
+			where := fmt.Sprintf("%s %s (%s)", method, path, op.OperationID)
+			if rb := op.RequestBody; rb != nil && rb.Value != nil {
+				for ct, m := range rb.Value.Content {
+					if m.Example == nil && len(m.Examples) == 0 {
+						missing = append(missing, fmt.Sprintf("%s: the request body (%s) has no example", where, ct))
+					}
+				}
+			}
+			for code, r := range op.Responses.Map() {
+				if r.Value == nil {
+					continue
+				}
+				for ct, m := range r.Value.Content {
+					if m.Example == nil && len(m.Examples) == 0 {
+						name := "its " + code + " answer"
+						if r.Ref != "" {
+							name = "the shared answer " + r.Ref
+						}
+						missing = append(missing, fmt.Sprintf("%s: %s (%s) has no example", where, name, ct))
+					}
+				}
+			}
+			for _, p := range append(item.Parameters, op.Parameters...) {
+				if p.Value != nil && p.Value.In == "path" && p.Value.Example == nil && len(p.Value.Examples) == 0 {
+					missing = append(missing, fmt.Sprintf("%s: the path parameter %s has no example", where, p.Value.Name))
+				}
+			}
+		}
+	}
+	sort.Strings(missing)
+	missing = slices.Compact(missing)
+	for _, m := range missing {
+		t.Errorf("%s; add an \"example\" next to its schema in handlers/openapi.json (it is checked against the schema)", m)
 	}
 }
