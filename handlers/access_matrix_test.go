@@ -144,6 +144,7 @@ var accessMatrix = map[string]routeCase{
 
 	// The JSON API.
 	"GET /api/v1/openapi.json":               {want: everyone(200)},
+	"GET /api/docs":                          {want: everyone(200)},
 	"GET /api/v1/metrics":                    {want: readAPI(200)},
 	"POST /api/v1/sessions":                  {want: ctlAPI(422)},
 	"GET /api/v1/sessions":                   {want: readAPI(200)},

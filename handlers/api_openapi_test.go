@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -315,5 +316,54 @@ func TestOpenAPIEveryOperationHasExamples(t *testing.T) {
 	missing = slices.Compact(missing)
 	for _, m := range missing {
 		t.Errorf("%s; add an \"example\" next to its schema in handlers/openapi.json (it is checked against the schema)", m)
+	}
+}
+
+// TestAPIDocsPage: /api/docs is a public page that loads the vendored Redoc
+// bundle from /static/ (no CDN) and points it at the document the API
+// serves; its relaxed style policy stays on that page alone.
+func TestAPIDocsPage(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, storetest.New(t, models.SQLite))
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		resp, err := e.srv.Client().Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := get("/api/docs")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /api/docs: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	script := regexp.MustCompile(`<script src="(/static/redoc\.standalone\.js\?v=[0-9a-f]+)"></script>`).FindStringSubmatch(body)
+	if script == nil || !strings.Contains(body, `<redoc spec-url="/api/v1/openapi.json"></redoc>`) {
+		t.Fatalf("the page does not load the vendored Redoc on the served document:\n%s", body)
+	}
+	if regexp.MustCompile(`(?i)(src|href)="(https?:)?//`).MatchString(body) || strings.Contains(body, "<script>") {
+		t.Fatalf("the page loads something from another origin or has an inline script:\n%s", body)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	if csp != handlers.APIDocsCSP {
+		t.Fatalf("CSP %q, want %q", csp, handlers.APIDocsCSP)
+	}
+	if strings.Contains(csp, "unsafe-eval") || strings.Contains(csp, "script-src") {
+		t.Fatalf("the page's policy relaxes scripts: %q", csp)
+	}
+	resp, js := get(script[1])
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), "javascript") || !strings.Contains(js, "ReDoc") {
+		t.Fatalf("the vendored bundle: %d %s, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(js))
+	}
+	resp, doc := get("/api/v1/openapi.json")
+	if resp.StatusCode != http.StatusOK || doc != string(handlers.OpenAPIDocument()) {
+		t.Fatalf("the document the page renders: %d", resp.StatusCode)
+	}
+	// Every other page keeps the strict policy.
+	resp, _ = get("/login")
+	if got := resp.Header.Get("Content-Security-Policy"); strings.Contains(got, "unsafe-inline") || strings.Contains(got, "blob:") {
+		t.Fatalf("/login has the docs page's policy: %q", got)
 	}
 }
