@@ -1,7 +1,8 @@
 // Package client is the Go SDK of TaskPilots Handoff for workers and
-// controllers. It speaks the JSON API of API.md (/api/v1) with typed
-// requests and answers, decodes problem+json errors into typed errors, and
-// retries safely: network errors and 502/503/504 (and 429) answers are
+// controllers. It speaks the JSON API under /api/v1, as the server's OpenAPI
+// document describes it (GET /api/v1/openapi.json, rendered at /api/docs),
+// with a method for every operation and typed requests and answers. It
+// decodes problem+json errors into typed errors and retries safely: network errors and 502/503/504 (and 429) answers are
 // retried with backoff, always re-sending the same Idempotency-Key, so a
 // retried write is applied at most once.
 //

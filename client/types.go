@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The session statuses of API.md.
+// The session statuses of the API.
 const (
 	StatusOpen            = "open"
 	StatusQueued          = "queued"
