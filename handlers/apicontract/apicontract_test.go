@@ -108,3 +108,19 @@ func TestWrongDocumentIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheck is what validation adds to one exchange of a test.
+func BenchmarkCheck(b *testing.B) {
+	v, err := apicontract.Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/api/v1/sessions/ses_1", nil)
+	req.Header.Set("Authorization", "Bearer tpk_x")
+	h := http.Header{"Content-Type": {"application/json"}}
+	for b.Loop() {
+		if _, err := v.Check(b.Context(), apicontract.Exchange{Request: req, Status: 200, Header: h, ResponseBody: []byte(validSession)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
