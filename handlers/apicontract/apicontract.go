@@ -54,6 +54,7 @@ func New(raw []byte) (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load openapi document: %w", err)
 	}
+	closeObjects(doc)
 	// Examples are validated too: an example that contradicts its schema
 	// would teach client authors the wrong shape.
 	if err := doc.Validate(loader.Context, openapi3.EnableExamplesValidation()); err != nil {
@@ -64,6 +65,58 @@ func New(raw []byte) (*Validator, error) {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
 	return &Validator{doc: doc, router: router, seen: map[string]int{}}, nil
+}
+
+// closeObjects makes every object schema that lists its properties and says
+// nothing of additionalProperties closed, in this validator's copy of the
+// document only. OpenAPI leaves such objects open, so an answer carrying a
+// field the document never mentions would pass; closed, it fails, and a
+// field the server adds must be documented for clients to know it. Schemas
+// that say additionalProperties (true, false or a schema) keep what they say.
+func closeObjects(doc *openapi3.T) {
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(ref *openapi3.SchemaRef)
+	walk = func(ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		s := ref.Value
+		seen[s] = true
+		if len(s.Properties) > 0 && s.AdditionalProperties.Has == nil && s.AdditionalProperties.Schema == nil {
+			closed := false
+			s.AdditionalProperties.Has = &closed
+		}
+		for _, p := range s.Properties {
+			walk(p)
+		}
+		walk(s.Items)
+		walk(s.AdditionalProperties.Schema)
+		walk(s.Not)
+		for _, list := range []openapi3.SchemaRefs{s.AllOf, s.AnyOf, s.OneOf} {
+			for _, x := range list {
+				walk(x)
+			}
+		}
+	}
+	for _, ref := range doc.Components.Schemas {
+		walk(ref)
+	}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			for _, r := range op.Responses.Map() {
+				if r.Value != nil {
+					for _, m := range r.Value.Content {
+						walk(m.Schema)
+					}
+				}
+			}
+			if op.RequestBody != nil && op.RequestBody.Value != nil {
+				for _, m := range op.RequestBody.Value.Content {
+					walk(m.Schema)
+				}
+			}
+		}
+	}
 }
 
 // Default is the validator of the document the server embeds and serves.

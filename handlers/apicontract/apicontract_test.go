@@ -54,6 +54,8 @@ func TestWrapCatchesDrift(t *testing.T) {
 			strings.Replace(validSession, `"state_version":1`, `"state_version":"1"`, 1), "state_version"},
 		{"missing required field", "GET", "/api/v1/sessions/ses_1", "", 200, "application/json",
 			strings.Replace(validSession, `"goal":"g",`, ``, 1), "goal"},
+		{"undocumented field", "GET", "/api/v1/sessions/ses_1", "", 200, "application/json",
+			strings.Replace(validSession, `"goal":"g",`, `"goal":"g","mood":"calm",`, 1), "mood"},
 		{"undocumented status", "GET", "/api/v1/sessions/ses_1", "", 418, "application/json", `{}`, "status is not supported"},
 		{"undocumented content type", "GET", "/api/v1/sessions/ses_1", "", 200, "text/html", `<p>hi</p>`, "text/html"},
 		{"problem that is not problem+json", "GET", "/api/v1/sessions/ses_1", "", 404, "application/json", `{}`, "application/json"},
