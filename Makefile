@@ -9,12 +9,18 @@ GO    ?= go
 export GOTOOLCHAIN := auto
 
 # Packages whose tests exercise concurrency (leases, long polls, the HTTP
-# server, the worker client) also run under the race detector. cmd/ is left
+# server, the worker client against the server) also run under the race
+# detector. cmd/ is left
 # out: its tests run the same code paths through the CLI, and -race on the
 # pure-Go SQLite driver is slow on two cores. The race run is -short: the
 # plan tests at scale (a million sessions) ran in full in the plain run, and
 # building their tables again finds no race.
-RACE_PKGS ?= ./models ./handlers ./web ./client
+RACE_PKGS ?= ./models ./handlers ./web ./clienttest
+
+# The Go client is its own module (client/go.mod, standard library only):
+# ./... at the root does not reach it, so test-go runs its tests there too.
+# Its tests against the real server live in the root module (clienttest/).
+CLIENT_DIR := client
 
 # Stamped into `taskpilots version`; empty means "read the VCS revision".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
@@ -46,10 +52,13 @@ $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json: $(WEBHOOKS_VERIFY)/package-l
 # test-go expects TASKPILOTS_TEST_DATABASE_URL to answer; `make test` sees to it.
 test-go:
 	$(GO) test -count=1 ./...
+	cd $(CLIENT_DIR) && $(GO) test -count=1 ./...
 	$(GO) test -race -short -count=1 $(RACE_PKGS)
+	cd $(CLIENT_DIR) && $(GO) test -race -short -count=1 ./...
 
 test-race: npm-deps ## only the -race run
 	scripts/test-postgres.sh $(GO) test -race -count=1 $(RACE_PKGS)
+	cd $(CLIENT_DIR) && $(GO) test -race -count=1 ./...
 
 generate: ## regenerate templ components (commit the *_templ.go files)
 	$(GO) tool templ generate

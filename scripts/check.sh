@@ -3,7 +3,9 @@
 #   1. templ: regenerate the *_templ.go files and fail if any changed, appeared
 #      or lost its .templ source (generated files are committed);
 #   2. gofmt -l on every Go file that git tracks or would track;
-#   3. go vet ./...
+#   3. go vet ./..., in the root module and in the client module (client/ has
+#      its own go.mod, which ./... does not cross); vet also holds the client
+#      to the standard library of its low go line
 # Under CI=true it also fails on any *_templ.go that `git status` shows as
 # changed or untracked, since the clone must contain the generated code.
 set -euo pipefail
@@ -60,6 +62,15 @@ fi
 
 step "go vet ./..."
 go vet ./... || fail=1
+
+step "client module: standard library only, go vet ./..."
+# The client is fetched alone by outside programs: it must not pull the
+# server's dependency graph. A require line in its go.mod would.
+if grep -qE '^\s*require' client/go.mod; then
+	echo "client/go.mod requires modules; the client uses the standard library only"
+	fail=1
+fi
+(cd client && go vet ./...) || fail=1
 
 if [ "$fail" != 0 ]; then
 	echo "check: FAILED"
