@@ -78,4 +78,27 @@ func TestSDKs(t *testing.T) {
 	run("python", pyDir, "python3", "-m", "unittest", "-v")
 	run("typescript build", tsDir, "node", filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json")
 	run("typescript", tsDir, "node", "--test", filepath.Join("dist", "test", "offline.test.js"), filepath.Join("dist", "test", "live.test.js"))
+
+	// The README's examples stay runnable: a worker (one lease) and a
+	// controller that follows the feed until the step is completed.
+	example := func(name, dir string, worker, controller []string) {
+		t.Helper()
+		var wout bytes.Buffer
+		w := exec.CommandContext(ctx, worker[0], worker[1:]...)
+		w.Dir, w.Env, w.Stdout, w.Stderr = dir, env, &wout, &wout
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := exec.CommandContext(ctx, controller[0], controller[1:]...)
+		c.Dir, c.Env = dir, env
+		cout, cerr := c.CombinedOutput()
+		werr := w.Wait()
+		if cerr != nil || werr != nil || !bytes.Contains(cout, []byte("final status: completed")) {
+			t.Errorf("%s examples: controller %v, worker %v\ncontroller:\n%s\nworker:\n%s", name, cerr, werr, tail(cout, 4096), tail(wout.Bytes(), 4096))
+		}
+	}
+	example("python", pyDir, []string{"python3", "examples/worker.py", "--queue", "ex-py", "--max-leases", "1"},
+		[]string{"python3", "examples/controller.py", "--queue", "ex-py"})
+	example("typescript", tsDir, []string{"node", "dist/examples/worker.js", "ex-ts", "1"},
+		[]string{"node", "dist/examples/controller.js", "ex-ts"})
 }
