@@ -49,6 +49,19 @@ class WebhookVectorTest(unittest.TestCase):
                 taskpilots.verify_webhook(secret, body, headers, now=now)
 
 
+class LeaseTimeTest(unittest.TestCase):
+    def test_rfc3339_variants(self) -> None:
+        # Python 3.9's fromisoformat rejects these unless normalised; a
+        # parse failure would make the worker assume a 30 s lease and
+        # heartbeat too late for short leases.
+        from taskpilots.worker import _seconds_left
+
+        for ts in ["2099-11-30T19:50:00.123456789Z", "2099-11-30T19:50:00Z", "2099-11-30T19:50:00.5+00:00"]:
+            with self.subTest(ts):
+                self.assertGreater(_seconds_left(ts), 0)
+        self.assertLess(_seconds_left("2000-01-01T00:00:00.1Z"), 0)
+
+
 class _Scripted(BaseHTTPRequestHandler):
     """Answers each request with the next (status, body) of the server's script."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -82,8 +83,11 @@ Handler = Callable[[Lease], Mapping[str, Any]]
 
 
 def _seconds_left(expires_at: str) -> float:
+    # fromisoformat before Python 3.11 takes no "Z" and only three or six
+    # fractional digits; RFC 3339 allows any number (Go sends up to nine).
+    s = re.sub(r"\.(\d+)", lambda m: "." + (m.group(1) + "000000")[:6], expires_at.replace("Z", "+00:00"))
     try:
-        t = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+        t = datetime.fromisoformat(s)
     except ValueError:
         return 0.0
     if t.tzinfo is None:
