@@ -41,6 +41,7 @@ func TestSDKs(t *testing.T) {
 		t.Fatalf("client/typescript/node_modules is missing: run `make npm-deps` (npm ci from the lock file): %v", err)
 	}
 
+	start := time.Now()
 	bin := filepath.Join(t.TempDir(), "taskpilots")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -60,6 +61,7 @@ func TestSDKs(t *testing.T) {
 		env = append(env, "TASKPILOTS_"+strings.ToUpper(role)+"_TOKEN="+strings.TrimSpace(stdout.String()))
 	}
 	env = append(env, "TASKPILOTS_URL="+startServer(t, ctx, bin, dbURL, 0))
+	t.Logf("server built and started in %v", time.Since(start).Round(10*time.Millisecond))
 
 	run := func(name, dir string, args ...string) {
 		t.Helper()
@@ -83,6 +85,7 @@ func TestSDKs(t *testing.T) {
 	// controller that follows the feed until the step is completed.
 	example := func(name, dir string, worker, controller []string) {
 		t.Helper()
+		start := time.Now()
 		var wout bytes.Buffer
 		w := exec.CommandContext(ctx, worker[0], worker[1:]...)
 		w.Dir, w.Env, w.Stdout, w.Stderr = dir, env, &wout, &wout
@@ -95,7 +98,9 @@ func TestSDKs(t *testing.T) {
 		werr := w.Wait()
 		if cerr != nil || werr != nil || !bytes.Contains(cout, []byte("final status: completed")) {
 			t.Errorf("%s examples: controller %v, worker %v\ncontroller:\n%s\nworker:\n%s", name, cerr, werr, tail(cout, 4096), tail(wout.Bytes(), 4096))
+			return
 		}
+		t.Logf("%s examples: ok in %v", name, time.Since(start).Round(10*time.Millisecond))
 	}
 	example("python", pyDir, []string{"python3", "examples/worker.py", "--queue", "ex-py", "--max-leases", "1"},
 		[]string{"python3", "examples/controller.py", "--queue", "ex-py"})
