@@ -44,10 +44,18 @@ test: npm-deps ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_
 # the standardwebhooks npm package, pinned in $(WEBHOOKS_VERIFY)'s
 # package-lock.json; npm ci runs again only when the lock file changes.
 WEBHOOKS_VERIFY := web/testdata/webhooks-verify
-npm-deps: $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json ## install the npm package the webhook tests verify with
+# The TypeScript client (client/typescript) builds with tsc and regenerates
+# its types with openapi-typescript, both pinned in its package-lock.json;
+# cmd/taskpilots/sdk_test.go runs its suite (and the Python client's, which
+# needs only python3) against a real server.
+TS_CLIENT := client/typescript
+npm-deps: $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json $(TS_CLIENT)/node_modules/.package-lock.json ## install the npm packages (webhook verifier, TypeScript client tooling)
 $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json: $(WEBHOOKS_VERIFY)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm (Node.js) is required: the webhook tests verify signatures with the standardwebhooks npm package" >&2; exit 1; }
 	cd $(WEBHOOKS_VERIFY) && npm ci --no-audit --no-fund
+$(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js) is required: the TypeScript client is built and tested with npm packages" >&2; exit 1; }
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
 
 # test-go expects TASKPILOTS_TEST_DATABASE_URL to answer; `make test` sees to it.
 test-go:
@@ -63,7 +71,7 @@ test-race: npm-deps ## only the -race run
 generate: ## regenerate templ components (commit the *_templ.go files)
 	$(GO) tool templ generate
 
-check: ## templ freshness, gofmt -l, go vet (what CI checks before testing)
+check: ## templ and TypeScript-client freshness, gofmt -l, go vet (what CI checks before testing)
 	scripts/check.sh
 
 # Each fuzz test in turn, FUZZTIME each; new findings land in the package's

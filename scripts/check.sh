@@ -2,8 +2,10 @@
 # check.sh runs the static checks that CI runs before the tests:
 #   1. templ: regenerate the *_templ.go files and fail if any changed, appeared
 #      or lost its .templ source (generated files are committed);
-#   2. gofmt -l on every Go file that git tracks or would track;
-#   3. go vet ./..., in the root module and in the client module (client/ has
+#   2. the TypeScript client's generated types match handlers/openapi.json
+#      (npm run check-generated in client/typescript);
+#   3. gofmt -l on every Go file that git tracks or would track;
+#   4. go vet ./..., in the root module and in the client module (client/ has
 #      its own go.mod, which ./... does not cross); vet also holds the client
 #      to the standard library of its low go line
 # Under CI=true it also fails on any *_templ.go that `git status` shows as
@@ -46,6 +48,16 @@ if [ "${CI:-}" = true ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; 
 	fi
 fi
 echo "templ files: $(find . -name '*.templ' -not -path './node_modules/*' | wc -l)"
+
+step "TypeScript client types (freshness)"
+# client/typescript/src/schema.ts is generated from handlers/openapi.json by
+# openapi-typescript (pinned in its package-lock.json) and committed.
+if [ ! -x client/typescript/node_modules/.bin/openapi-typescript ]; then
+	(cd client/typescript && npm ci --no-audit --no-fund >/dev/null) || { echo "npm ci in client/typescript failed"; fail=1; }
+fi
+if [ -x client/typescript/node_modules/.bin/openapi-typescript ]; then
+	(cd client/typescript && npm run --silent check-generated) || fail=1
+fi
 
 step "gofmt -l"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
