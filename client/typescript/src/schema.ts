@@ -763,8 +763,12 @@ export interface components {
             actor: string;
             /** Format: int64 */
             version_before: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The session's state_version after this event: version_before + 1 for an event that changes the work, version_before for an audit-only one (review.scored, escalation.sla_breached). seq always increments.
+             */
             version_after: number;
+            /** @description The event's payload. For a review.scored event of a blind double review still waiting for a score, readers other than admin tokens get {reviewer, at_version, redacted: true} instead of the scores and comment. */
             payload: {
                 [key: string]: unknown;
             };
@@ -986,18 +990,69 @@ export interface components {
             /** Format: int64 */
             state_version: number;
         };
-        /** @description One set of product metrics. */
+        /** @description One set of product metrics (overall, or one queue's); see the README's "Product metrics" for each definition. */
         MetricSet: {
+            /** @description Delegations that ended in the window (ended) and of them those completed on their first lease without retry or human (succeeded); rate is succeeded/ended, null when none ended. */
             handoff_success?: {
+                ended?: number;
+                succeeded?: number;
+                rate?: number | null;
+            } & {
                 [key: string]: unknown;
             };
+            /** @description Sessions with delegation events in the window (sessions) and of them those with a step delegated again in the window because the work had to be redone (reworked): a retry after a failure result, a needs_input loop, a human resume or hand-back. Lease expiries and transient retries are not rework. */
             rework?: {
+                sessions?: number;
+                reworked?: number;
+                redelegations?: number;
+                rate?: number | null;
+            } & {
                 [key: string]: unknown;
             };
+            /** @description Steps queued again by the infrastructure, apart from rework: lease expiries that re-queued the step and transient failures that were retried. affected counts the sessions with at least one; rate is affected/sessions. */
+            infra_retries?: {
+                sessions?: number;
+                affected?: number;
+                retries?: number;
+                lease_expiries?: number;
+                transient_failures?: number;
+                rate?: number | null;
+            } & {
+                [key: string]: unknown;
+            };
+            /** @description Time from the last sign of life before an interruption (a lease expiry's last heartbeat or lease start, a pause, an escalation) to the next productive transition. machine: ended by a re-lease or resume; human: ended by a human decision. The top-level figures are over both. */
             recovery?: {
+                recoveries?: number;
+                mean_seconds?: number | null;
+                max_seconds?: number | null;
+                /** @description Outages ended by a re-lease or a resume. */
+                machine?: {
+                    recoveries?: number;
+                    mean_seconds?: number | null;
+                    max_seconds?: number | null;
+                };
+                /** @description Outages ended by a human decision. */
+                human?: {
+                    recoveries?: number;
+                    mean_seconds?: number | null;
+                    max_seconds?: number | null;
+                };
+            } & {
                 [key: string]: unknown;
             };
+            /** @description Rejected stale and fenced writes (conflicts) per 1,000 write attempts (committed events plus rejected writes other than replays). Idempotent replays are counted in replays only. applied_conflicts must be 0. Per queue: the session's queue. */
             state_conflicts?: {
+                write_attempts?: number;
+                committed?: number;
+                rejected?: number;
+                by_reason?: {
+                    [key: string]: number;
+                };
+                conflicts?: number;
+                per_thousand?: number | null;
+                replays?: number;
+                applied_conflicts?: number;
+            } & {
                 [key: string]: unknown;
             };
             escalation_clarity?: {
@@ -1250,6 +1305,7 @@ export interface components {
              * @description The session's state_version after this event.
              */
             version_after: number;
+            /** @description The event's payload. For a review.scored event of a blind double review still waiting for a score, readers other than admin tokens get {reviewer, at_version, redacted: true} instead of the scores and comment. */
             payload: {
                 [key: string]: unknown;
             };
@@ -1338,6 +1394,15 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "Bad Request",
+                 *       "status": 400,
+                 *       "detail": "The request body is not valid JSON (at byte 2: invalid character 'n' looking for beginning of object key string).",
+                 *       "errors": []
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -1348,6 +1413,15 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://taskpilots.dev/problems/unauthorized",
+                 *       "title": "Unauthorized",
+                 *       "status": 401,
+                 *       "detail": "missing or invalid credentials: send Authorization: Bearer <token>",
+                 *       "errors": []
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -1357,6 +1431,15 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://taskpilots.dev/problems/forbidden",
+                 *       "title": "Forbidden",
+                 *       "status": 403,
+                 *       "detail": "not allowed for this role: a worker token may not POST /api/v1/sessions",
+                 *       "errors": []
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -1366,6 +1449,15 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://taskpilots.dev/problems/not_found",
+                 *       "title": "Not Found",
+                 *       "status": 404,
+                 *       "detail": "session ses_01M8PYNOSUCHSESSION00000000 not found",
+                 *       "errors": []
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -1375,6 +1467,16 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://taskpilots.dev/problems/conflict",
+                 *       "title": "Conflict",
+                 *       "status": 409,
+                 *       "detail": "session ses_01M8PY7QGKW7RCZM9WR38WSWXN: expected version 1, current version is 7",
+                 *       "errors": [],
+                 *       "current_version": 7
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -1384,6 +1486,15 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "Request Entity Too Large",
+                 *       "status": 413,
+                 *       "detail": "Request Entity Too Large",
+                 *       "errors": []
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
@@ -1393,20 +1504,54 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
+                /**
+                 * @example {
+                 *       "type": "https://taskpilots.dev/problems/invalid",
+                 *       "title": "Unprocessable Entity",
+                 *       "status": 422,
+                 *       "detail": "The request has invalid fields.",
+                 *       "errors": [
+                 *         {
+                 *           "field": "queue",
+                 *           "message": "must be 1-64 letters, digits, '.', '_' or '-'"
+                 *         },
+                 *         {
+                 *           "field": "step",
+                 *           "message": "is required"
+                 *         },
+                 *         {
+                 *           "field": "lease_seconds",
+                 *           "message": "must be between 1 and 3600"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
     };
     parameters: {
-        /** @description A session id (ses_…). */
+        /**
+         * @description A session id (ses_…).
+         * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+         */
         SessionId: string;
-        /** @description A delegation id (dlg_…). */
+        /**
+         * @description A delegation id (dlg_…).
+         * @example dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN
+         */
         DelegationId: string;
         /** @description Makes the write repeatable; scoped to the caller's token. */
         IdempotencyKey: string;
-        /** @description The step name (URL-encoded), as results name it in next_step. */
+        /**
+         * @description The step name (URL-encoded), as results name it in next_step.
+         * @example issue-refund
+         */
         Step: string;
-        /** @description A webhook id (whk_…). */
+        /**
+         * @description A webhook id (whk_…).
+         * @example whk_01M8PY7QVTPEWG9NXCEDFGQS0R
+         */
         WebhookId: string;
     };
     requestBodies: never;
@@ -1430,6 +1575,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "openapi": "3.0.3",
+                     *       "info": {
+                     *         "title": "TaskPilots Handoff API",
+                     *         "version": "1.0.0"
+                     *       },
+                     *       "paths": {
+                     *         "…": {}
+                     *       }
+                     *     }
+                     */
                     "application/json": Record<string, never>;
                 };
             };
@@ -1438,8 +1595,12 @@ export interface operations {
     getProductMetrics: {
         parameters: {
             query?: {
+                /** @example 7d */
                 window?: "24h" | "7d" | "30d";
-                /** @description Only this queue. */
+                /**
+                 * @description Only this queue.
+                 * @example refunds
+                 */
                 queue?: string;
             };
             header?: never;
@@ -1448,12 +1609,116 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The product metrics of the design (handoff success rate, rework rate, mean recovery time, state conflict rate, escalation clarity) for the window ending now, overall and per queue. */
+            /** @description The product metrics of the design (handoff success rate, rework rate, infrastructure retries, recovery time with machine recovery and human wait apart, state conflict rate, escalation clarity, prompt-cache hit rate) for the window ending now, overall and per queue. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "window": "7d",
+                     *       "from": "2026-11-23T19:17:18Z",
+                     *       "to": "2026-11-30T19:17:18Z",
+                     *       "overall": {
+                     *         "handoff_success": {
+                     *           "ended": 0,
+                     *           "succeeded": 0,
+                     *           "rate": null
+                     *         },
+                     *         "rework": {
+                     *           "sessions": 0,
+                     *           "reworked": 0,
+                     *           "redelegations": 0,
+                     *           "rate": null
+                     *         },
+                     *         "recovery": {
+                     *           "recoveries": 0,
+                     *           "mean_seconds": null,
+                     *           "max_seconds": null
+                     *         },
+                     *         "state_conflicts": {
+                     *           "write_attempts": 1,
+                     *           "committed": 1,
+                     *           "rejected": 0,
+                     *           "by_reason": {},
+                     *           "conflicts": 0,
+                     *           "per_thousand": 0,
+                     *           "applied_conflicts": 0
+                     *         },
+                     *         "escalation_clarity": {
+                     *           "escalations": 0,
+                     *           "escalations_by_reason": {
+                     *             "controller": 0,
+                     *             "join_conflict": 0,
+                     *             "join_timeout": 0,
+                     *             "leases_exhausted": 0,
+                     *             "permanent_failure": 0,
+                     *             "retries_exhausted": 0,
+                     *             "worker": 0
+                     *           },
+                     *           "reviews": 0,
+                     *           "mean_score": null,
+                     *           "criteria": {},
+                     *           "decisions": 0,
+                     *           "mean_claim_to_decision_seconds": null
+                     *         },
+                     *         "prompt_cache": {
+                     *           "results": 0,
+                     *           "input_tokens": 0,
+                     *           "cached_input_tokens": 0,
+                     *           "hit_rate": null
+                     *         }
+                     *       },
+                     *       "queues": {
+                     *         "refunds": {
+                     *           "handoff_success": {
+                     *             "ended": 0,
+                     *             "succeeded": 0,
+                     *             "rate": null
+                     *           },
+                     *           "rework": {
+                     *             "sessions": 0,
+                     *             "reworked": 0,
+                     *             "redelegations": 0,
+                     *             "rate": null
+                     *           },
+                     *           "recovery": {
+                     *             "recoveries": 0,
+                     *             "mean_seconds": null,
+                     *             "max_seconds": null
+                     *           },
+                     *           "escalation_clarity": {
+                     *             "escalations": 0,
+                     *             "escalations_by_reason": {
+                     *               "controller": 0,
+                     *               "join_conflict": 0,
+                     *               "join_timeout": 0,
+                     *               "leases_exhausted": 0,
+                     *               "permanent_failure": 0,
+                     *               "retries_exhausted": 0,
+                     *               "worker": 0
+                     *             },
+                     *             "reviews": 0,
+                     *             "mean_score": null,
+                     *             "criteria": {},
+                     *             "decisions": 0,
+                     *             "mean_claim_to_decision_seconds": null
+                     *           },
+                     *           "prompt_cache": {
+                     *             "results": 0,
+                     *             "input_tokens": 0,
+                     *             "cached_input_tokens": 0,
+                     *             "hit_rate": null
+                     *           }
+                     *         }
+                     *       },
+                     *       "stalled": {
+                     *         "sessions": 0,
+                     *         "by_step": {}
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["ProductMetrics"];
                 };
             };
@@ -1467,17 +1732,25 @@ export interface operations {
             query?: {
                 /** @description Only sessions in one of these statuses, comma-separated (status=escalated,human_active); the parameter may also repeat. */
                 status?: string;
-                /** @description Only sessions last delegated to this queue. */
+                /** @description Only sessions last delegated to this queue (empty: any queue). */
                 queue?: string;
                 /** @description Only sessions of this ticket (exact match). */
                 ticket_ref?: string;
                 /** @description Only the child sessions of this session. */
                 parent_id?: string;
-                /** @description Word search over goal, ticket_ref and the human notes. Every whitespace-separated term must match; a term matches when its words (runs of letters and digits) occur in that order, so T-1182 matches the ticket T-1182 and refund matches "Refund order 1182". Case-insensitive, whole words, no stemming. At most 200 characters and 16 terms, with at least one letter or digit. */
+                /**
+                 * @description Word search over goal, ticket_ref and the human notes. Every whitespace-separated term must match; a term matches when its words (runs of letters and digits) occur in that order, so T-1182 matches the ticket T-1182 and refund matches "Refund order 1182". Case-insensitive, whole words, no stemming. At most 200 characters and 16 terms, with at least one letter or digit.
+                 * @example refund
+                 */
                 q?: string;
+                /** @description true: only stalled sessions, those left open with a next_step that has no route (use with status=open). false or absent: no such filter. */
+                stalled?: boolean;
                 /** @description Only sessions updated strictly after this time (RFC 3339). */
                 updated_after?: string;
-                /** @description Page size (default 50). */
+                /**
+                 * @description Page size (default 50).
+                 * @example 20
+                 */
                 limit?: number;
                 /** @description The next_cursor of the previous page, unchanged. */
                 cursor?: string;
@@ -1494,6 +1767,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "sessions": [
+                     *         {
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "ticket_ref": "T-1182",
+                     *           "goal": "Refund order 1182 if eligible",
+                     *           "status": "open",
+                     *           "priority": 2,
+                     *           "state_version": 1,
+                     *           "queue": "",
+                     *           "current_step": "",
+                     *           "assignee": "",
+                     *           "updated_at": "2026-11-30T19:17:17.971239Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionList"];
                 };
             };
@@ -1514,6 +1806,28 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "goal": "Refund order 1182 if eligible",
+                 *       "ticket_ref": "T-1182",
+                 *       "constraints": [
+                 *         "refunds over 200 EUR need a human"
+                 *       ],
+                 *       "resources": [
+                 *         {
+                 *           "name": "orders-db",
+                 *           "uri": "db://orders"
+                 *         }
+                 *       ],
+                 *       "done_criteria": [
+                 *         "refund issued or denial explained"
+                 *       ],
+                 *       "facts": {
+                 *         "order_total": "240 EUR"
+                 *       },
+                 *       "priority": 2
+                 *     }
+                 */
                 "application/json": components["schemas"]["CreateSessionRequest"];
             };
         };
@@ -1528,6 +1842,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "status": "open",
+                     *       "state_version": 1
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -1543,7 +1864,10 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
@@ -1556,6 +1880,54 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "parent_id": null,
+                     *       "ticket_ref": "T-1182",
+                     *       "goal": "Refund order 1182 if eligible",
+                     *       "status": "open",
+                     *       "priority": 2,
+                     *       "state_version": 1,
+                     *       "current_step": "",
+                     *       "queue": "",
+                     *       "assignee": "",
+                     *       "state": {
+                     *         "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *         "ticket_ref": "T-1182",
+                     *         "goal": "Refund order 1182 if eligible",
+                     *         "priority": 2,
+                     *         "status": "open",
+                     *         "version": 1,
+                     *         "constraints": [
+                     *           "refunds over 200 EUR need a human"
+                     *         ],
+                     *         "resources": [
+                     *           {
+                     *             "name": "orders-db",
+                     *             "uri": "db://orders"
+                     *           }
+                     *         ],
+                     *         "done_criteria": [
+                     *           "refund issued or denial explained"
+                     *         ],
+                     *         "facts": {
+                     *           "order_total": "240 EUR"
+                     *         },
+                     *         "run_reason": {
+                     *           "kind": "first_run",
+                     *           "attempt": 1,
+                     *           "at_version": 1
+                     *         },
+                     *         "fact_versions": {
+                     *           "order_total": 1
+                     *         }
+                     *       },
+                     *       "escalated_at": null,
+                     *       "created_at": "2026-11-30T19:17:17.971239Z",
+                     *       "updated_at": "2026-11-30T19:17:17.971239Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Session"];
                 };
             };
@@ -1567,14 +1939,23 @@ export interface operations {
     listSessionEvents: {
         parameters: {
             query?: {
-                /** @description Return events with seq greater than this (default 0). */
+                /**
+                 * @description Return events with seq greater than this (default 0).
+                 * @example 0
+                 */
                 after_seq?: number;
-                /** @description At most this many events (default 100). */
+                /**
+                 * @description At most this many events (default 100).
+                 * @example 10
+                 */
                 limit?: number;
             };
             header?: never;
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
@@ -1587,6 +1968,163 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "events": [
+                     *         {
+                     *           "id": "evt_01M8PY7QGKW7RCZM9WR69QAFJ2",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 1,
+                     *           "type": "session.created",
+                     *           "actor": "token:controller",
+                     *           "version_before": 0,
+                     *           "version_after": 1,
+                     *           "payload": {
+                     *             "constraints": [
+                     *               "refunds over 200 EUR need a human"
+                     *             ],
+                     *             "done_criteria": [
+                     *               "refund issued or denial explained"
+                     *             ],
+                     *             "facts": {
+                     *               "order_total": "240 EUR"
+                     *             },
+                     *             "goal": "Refund order 1182 if eligible",
+                     *             "priority": 2,
+                     *             "resources": [
+                     *               {
+                     *                 "name": "orders-db",
+                     *                 "uri": "db://orders"
+                     *               }
+                     *             ],
+                     *             "ticket_ref": "T-1182"
+                     *           },
+                     *           "idempotency_key": "idk_nETcc39UEQEshO-1F-K95A",
+                     *           "hash": "548219a217bcafe6653500156817a16becf0847fb588bbf7be6f3c3766293265",
+                     *           "prev_hash": "",
+                     *           "created_at": "2026-11-30T19:17:17.971239Z"
+                     *         },
+                     *         {
+                     *           "id": "evt_01M8PY7QJXP4JWBFBMF7QHJYNH",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 2,
+                     *           "type": "human.noted",
+                     *           "actor": "token:controller",
+                     *           "version_before": 1,
+                     *           "version_after": 2,
+                     *           "payload": {
+                     *             "text": "Customer is a VIP: refund without the usual photo proof.",
+                     *             "user": "token:controller"
+                     *           },
+                     *           "idempotency_key": "idk_7SDJKTtVMLB6J43PtAQW7w",
+                     *           "hash": "901a550be3962cc0884eb6fa2950a42ab9c0d748802921b6b8e2165ebc962a9c",
+                     *           "prev_hash": "548219a217bcafe6653500156817a16becf0847fb588bbf7be6f3c3766293265",
+                     *           "created_at": "2026-11-30T19:17:18.045067Z"
+                     *         },
+                     *         {
+                     *           "id": "evt_01M8PY7QNBPE3GMMVWJ1PX4E51",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 3,
+                     *           "type": "delegation.created",
+                     *           "actor": "token:controller",
+                     *           "version_before": 2,
+                     *           "version_after": 3,
+                     *           "payload": {
+                     *             "delegation_id": "dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN",
+                     *             "lease_seconds": 30,
+                     *             "max_attempts": 3,
+                     *             "queue": "refunds",
+                     *             "step": "check-eligibility"
+                     *           },
+                     *           "idempotency_key": "idk_Qrq0B2HjFFrKDqcWqDwCOg",
+                     *           "hash": "e45c41f93f81099b8bd7772c068db727d755dc1ca0e2de8612c1141a06b3d72c",
+                     *           "prev_hash": "901a550be3962cc0884eb6fa2950a42ab9c0d748802921b6b8e2165ebc962a9c",
+                     *           "created_at": "2026-11-30T19:17:18.123407Z"
+                     *         },
+                     *         {
+                     *           "id": "evt_01M8PY7QNV863A5RSCM2F1M2Z1",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 4,
+                     *           "type": "delegation.leased",
+                     *           "actor": "token:worker",
+                     *           "version_before": 3,
+                     *           "version_after": 4,
+                     *           "payload": {
+                     *             "attempt": 1,
+                     *             "delegation_id": "dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN",
+                     *             "worker": "w-1"
+                     *           },
+                     *           "idempotency_key": null,
+                     *           "hash": "20c48334095358052373214e7d54437ef4097ba164cac4359c31fe8588e7c97f",
+                     *           "prev_hash": "e45c41f93f81099b8bd7772c068db727d755dc1ca0e2de8612c1141a06b3d72c",
+                     *           "created_at": "2026-11-30T19:17:18.139563Z"
+                     *         },
+                     *         {
+                     *           "id": "evt_01M8PY7QPSMT7D6TJJF6G1FH20",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 5,
+                     *           "type": "result.needs_input",
+                     *           "actor": "token:worker",
+                     *           "version_before": 4,
+                     *           "version_after": 5,
+                     *           "payload": {
+                     *             "attempt": 1,
+                     *             "delegation_id": "dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN",
+                     *             "question": "Was the order paid by card?",
+                     *             "result_type": "needs_input",
+                     *             "step": "check-eligibility"
+                     *           },
+                     *           "idempotency_key": "idk_c277ua_fzWNJzu5axgLLxw",
+                     *           "hash": "01a9fda62217238ce154d4ae3e6d193ee3cd80233ad3d7590e9831245f2e28bb",
+                     *           "prev_hash": "20c48334095358052373214e7d54437ef4097ba164cac4359c31fe8588e7c97f",
+                     *           "created_at": "2026-11-30T19:17:18.16939Z"
+                     *         },
+                     *         {
+                     *           "id": "evt_01M8PY7QQ8YT8KB3XP7CSDQTKZ",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 6,
+                     *           "type": "input.provided",
+                     *           "actor": "token:controller",
+                     *           "version_before": 5,
+                     *           "version_after": 6,
+                     *           "payload": {
+                     *             "answer": "paid by card",
+                     *             "facts": {
+                     *               "input_answer": "paid by card",
+                     *               "input_question": "Was the order paid by card?"
+                     *             },
+                     *             "question": "Was the order paid by card?"
+                     *           },
+                     *           "idempotency_key": "idk_-z1hfNN4mcLo5NAwKu2JgA",
+                     *           "hash": "3871088a709e955255ab2d7389c26e2d875cbcd5d6951d86d57b055e7dd3c107",
+                     *           "prev_hash": "01a9fda62217238ce154d4ae3e6d193ee3cd80233ad3d7590e9831245f2e28bb",
+                     *           "created_at": "2026-11-30T19:17:18.184003Z"
+                     *         },
+                     *         {
+                     *           "id": "evt_01M8PY7QQ8YT8KB3XP7G118EQK",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 7,
+                     *           "type": "delegation.created",
+                     *           "actor": "token:controller",
+                     *           "version_before": 6,
+                     *           "version_after": 7,
+                     *           "payload": {
+                     *             "available_at": "2026-11-30T20:17:18.183694Z",
+                     *             "delegation_id": "dlg_01M8PY7QQ7QT528NWAM4AFN1CC",
+                     *             "lease_seconds": 30,
+                     *             "max_attempts": 3,
+                     *             "queue": "refunds",
+                     *             "step": "issue-refund"
+                     *           },
+                     *           "idempotency_key": null,
+                     *           "hash": "a44a7c1e20c0ec50ffed3861b3f9ec7131c9aea761f99bf12bc3a61717e44f0c",
+                     *           "prev_hash": "3871088a709e955255ab2d7389c26e2d875cbcd5d6951d86d57b055e7dd3c107",
+                     *           "created_at": "2026-11-30T19:17:18.184043Z"
+                     *         }
+                     *       ],
+                     *       "next_after_seq": 7
+                     *     }
+                     */
                     "application/json": components["schemas"]["EventsPage"];
                 };
             };
@@ -1599,12 +2137,18 @@ export interface operations {
     getSessionStateAt: {
         parameters: {
             query: {
-                /** @description A state version between 1 and the current version. */
+                /**
+                 * @description A state version between 1 and the current version.
+                 * @example 2
+                 */
                 version: number;
             };
             header?: never;
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
@@ -1617,6 +2161,46 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "ticket_ref": "T-1182",
+                     *       "goal": "Refund order 1182 if eligible",
+                     *       "priority": 2,
+                     *       "status": "open",
+                     *       "version": 2,
+                     *       "constraints": [
+                     *         "refunds over 200 EUR need a human"
+                     *       ],
+                     *       "resources": [
+                     *         {
+                     *           "name": "orders-db",
+                     *           "uri": "db://orders"
+                     *         }
+                     *       ],
+                     *       "done_criteria": [
+                     *         "refund issued or denial explained"
+                     *       ],
+                     *       "facts": {
+                     *         "order_total": "240 EUR"
+                     *       },
+                     *       "notes": [
+                     *         {
+                     *           "by": "token:controller",
+                     *           "text": "Customer is a VIP: refund without the usual photo proof.",
+                     *           "at_version": 2
+                     *         }
+                     *       ],
+                     *       "run_reason": {
+                     *         "kind": "first_run",
+                     *         "attempt": 1,
+                     *         "at_version": 1
+                     *       },
+                     *       "fact_versions": {
+                     *         "order_total": 1
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["State"];
                 };
             };
@@ -1634,14 +2218,17 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The context packet built from the latest valid state, within its byte budget. */
+            /** @description The context packet built from the latest valid state, within its byte budget: JSON by default, text/plain with format=prompt. */
             200: {
                 headers: {
                     /** @description format=prompt only: length in bytes of the stable prefix (goal, constraints, resources, done criteria) at the start of the text. */
@@ -1651,8 +2238,89 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "goal": "Refund order 1182 if eligible",
+                     *       "constraints": [
+                     *         "refunds over 200 EUR need a human"
+                     *       ],
+                     *       "resources": [
+                     *         {
+                     *           "name": "orders-db",
+                     *           "uri": "db://orders"
+                     *         }
+                     *       ],
+                     *       "done_criteria": [
+                     *         "refund issued or denial explained"
+                     *       ],
+                     *       "prefix_hash": "8fd1ad15140cbd1c4106609f81e27b1d9d90efe2a1cdf29477baba977b484359",
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "based_on_version": 4,
+                     *       "step": "check-eligibility",
+                     *       "instructions": "",
+                     *       "run_reason": {
+                     *         "kind": "first_run",
+                     *         "attempt": 1,
+                     *         "at_version": 3
+                     *       },
+                     *       "confirmed_facts": {
+                     *         "order_total": "240 EUR"
+                     *       },
+                     *       "open_questions": [],
+                     *       "notes": [
+                     *         {
+                     *           "by": "token:controller",
+                     *           "text": "Customer is a VIP: refund without the usual photo proof.",
+                     *           "at_version": 2
+                     *         }
+                     *       ],
+                     *       "previous_outputs": [],
+                     *       "completed_steps": [],
+                     *       "risks": [],
+                     *       "budget": {
+                     *         "max_bytes": 32768,
+                     *         "bytes": 744,
+                     *         "trimmed": []
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["Packet"];
-                    /** @description format=prompt */
+                    /**
+                     * @example # Goal
+                     *     Refund order 1182 if eligible
+                     *
+                     *     ## Constraints
+                     *     - refunds over 200 EUR need a human
+                     *
+                     *     ## Resources
+                     *     - orders-db <db://orders>
+                     *
+                     *     ## Done criteria
+                     *     - refund issued or denial explained
+                     *
+                     *     # This run
+                     *     Session ses_01M8PY7QGKW7RCZM9WR38WSWXN, state version 4, step "check-eligibility", attempt 1.
+                     *
+                     *     ## Why you are running: first_run
+                     *
+                     *     ## Confirmed facts
+                     *     - order_total: 240 EUR
+                     *
+                     *     ## Open questions
+                     *     (none)
+                     *
+                     *     ## Notes from humans
+                     *     - token:controller (version 2): Customer is a VIP: refund without the usual photo proof.
+                     *
+                     *     ## Previous outputs
+                     *     (none)
+                     *
+                     *     ## Completed steps
+                     *     (none)
+                     *
+                     *     ## Risks
+                     *     (none)
+                     */
                     "text/plain": string;
                 };
             };
@@ -1670,13 +2338,23 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "expected_version": 1,
+                 *       "reason": "customer asked us to wait",
+                 *       "until": "2026-11-30T20:17:18.065109739Z"
+                 *     }
+                 */
                 "application/json": components["schemas"]["TransitionRequest"];
             };
         };
@@ -1689,6 +2367,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QJ1PZ5ZM74V212W8HFG",
+                     *       "status": "paused",
+                     *       "state_version": 2
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -1709,13 +2394,21 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "expected_version": 2
+                 *     }
+                 */
                 "application/json": components["schemas"]["TransitionRequest"];
             };
         };
@@ -1728,6 +2421,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QJ1PZ5ZM74V212W8HFG",
+                     *       "status": "open",
+                     *       "state_version": 3
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -1748,13 +2448,22 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "expected_version": 3,
+                 *       "question": "Replace or refund?"
+                 *     }
+                 */
                 "application/json": components["schemas"]["TransitionRequest"];
             };
         };
@@ -1767,6 +2476,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QJ1PZ5ZM74V212W8HFG",
+                     *       "status": "escalated",
+                     *       "state_version": 4
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -1787,13 +2503,22 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "expected_version": 4,
+                 *       "reason": "duplicate ticket"
+                 *     }
+                 */
                 "application/json": components["schemas"]["TransitionRequest"];
             };
         };
@@ -1806,6 +2531,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QJ1PZ5ZM74V212W8HFG",
+                     *       "status": "cancelled",
+                     *       "state_version": 5
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -1826,13 +2558,23 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "queue": "refunds",
+                 *       "step": "check-eligibility",
+                 *       "expected_version": 2
+                 *     }
+                 */
                 "application/json": components["schemas"]["DelegateRequest"];
             };
         };
@@ -1845,6 +2587,14 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "delegation_id": "dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN",
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "state_version": 3,
+                     *       "status": "queued"
+                     *     }
+                     */
                     "application/json": components["schemas"]["DelegationWritten"];
                 };
             };
@@ -1865,13 +2615,32 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "expected_version": 1,
+                 *       "join": {
+                 *         "policy": "all",
+                 *         "timeout_seconds": 600
+                 *       },
+                 *       "children": [
+                 *         {
+                 *           "goal": "Refund order 9",
+                 *           "queue": "refunds",
+                 *           "step": "refund"
+                 *         }
+                 *       ]
+                 *     }
+                 */
                 "application/json": components["schemas"]["ChildrenRequest"];
             };
         };
@@ -1884,6 +2653,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "children": [
+                     *         {
+                     *           "session_id": "ses_01M8PY7QRCGZEAY6AKJX8FK66N",
+                     *           "delegation_id": "dlg_01M8PY7QREBKRYQ9AA7C2D563W"
+                     *         }
+                     *       ],
+                     *       "session_id": "ses_01M8PY7QR6QZDXGY56SV6GFZHX",
+                     *       "status": "waiting_children",
+                     *       "state_version": 2
+                     *     }
+                     */
                     "application/json": components["schemas"]["ChildrenWritten"];
                 };
             };
@@ -1904,13 +2686,27 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "expected_version": 5,
+                 *       "answer": "paid by card",
+                 *       "delegate": {
+                 *         "queue": "refunds",
+                 *         "step": "issue-refund",
+                 *         "delay_seconds": 3600
+                 *       }
+                 *     }
+                 */
                 "application/json": components["schemas"]["InputRequest"];
             };
         };
@@ -1923,6 +2719,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "status": "queued",
+                     *       "state_version": 7
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -1943,12 +2746,19 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
+                /** @example refunds */
                 queue: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "worker": "w-1",
+                 *       "wait_seconds": 1
+                 *     }
+                 */
                 "application/json": components["schemas"]["LeaseRequest"];
             };
         };
@@ -1959,6 +2769,61 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "queue": "refunds",
+                     *       "delegation_id": "dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN",
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "step": "check-eligibility",
+                     *       "attempt": 1,
+                     *       "lease_token": "lt_yHPdNLeruyvU0SfiXo-3RQzE",
+                     *       "lease_expires_at": "2026-11-30T19:17:48.13785Z",
+                     *       "packet": {
+                     *         "goal": "Refund order 1182 if eligible",
+                     *         "constraints": [
+                     *           "refunds over 200 EUR need a human"
+                     *         ],
+                     *         "resources": [
+                     *           {
+                     *             "name": "orders-db",
+                     *             "uri": "db://orders"
+                     *           }
+                     *         ],
+                     *         "done_criteria": [
+                     *           "refund issued or denial explained"
+                     *         ],
+                     *         "prefix_hash": "8fd1ad15140cbd1c4106609f81e27b1d9d90efe2a1cdf29477baba977b484359",
+                     *         "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *         "based_on_version": 4,
+                     *         "step": "check-eligibility",
+                     *         "instructions": "",
+                     *         "run_reason": {
+                     *           "kind": "first_run",
+                     *           "attempt": 1,
+                     *           "at_version": 3
+                     *         },
+                     *         "confirmed_facts": {
+                     *           "order_total": "240 EUR"
+                     *         },
+                     *         "open_questions": [],
+                     *         "notes": [
+                     *           {
+                     *             "by": "token:controller",
+                     *             "text": "Customer is a VIP: refund without the usual photo proof.",
+                     *             "at_version": 2
+                     *           }
+                     *         ],
+                     *         "previous_outputs": [],
+                     *         "completed_steps": [],
+                     *         "risks": [],
+                     *         "budget": {
+                     *           "max_bytes": 32768,
+                     *           "bytes": 744,
+                     *           "trimmed": []
+                     *         }
+                     *       }
+                     *     }
+                     */
                     "application/json": components["schemas"]["Lease"];
                 };
             };
@@ -1984,13 +2849,21 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A delegation id (dlg_…). */
+                /**
+                 * @description A delegation id (dlg_…).
+                 * @example dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN
+                 */
                 id: components["parameters"]["DelegationId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "lease_token": "lt_yHPdNLeruyvU0SfiXo-3RQzE"
+                 *     }
+                 */
                 "application/json": components["schemas"]["HeartbeatRequest"];
             };
         };
@@ -2001,6 +2874,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "delegation_id": "dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN",
+                     *       "lease_expires_at": "2026-11-30T19:17:48.159534Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Heartbeat"];
                 };
             };
@@ -2021,13 +2900,38 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A delegation id (dlg_…). */
+                /**
+                 * @description A delegation id (dlg_…).
+                 * @example dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN
+                 */
                 id: components["parameters"]["DelegationId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "lease_token": "lt_yHPdNLeruyvU0SfiXo-3RQzE",
+                 *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                 *       "step": "check-eligibility",
+                 *       "result_type": "completed",
+                 *       "output": {
+                 *         "eligible": true
+                 *       },
+                 *       "evidence": [
+                 *         {
+                 *           "claim": "order paid 2026-11-20",
+                 *           "source": "orders-db:1182"
+                 *         }
+                 *       ],
+                 *       "uncertainty": {
+                 *         "level": 0.1,
+                 *         "notes": "currency conversion assumed"
+                 *       },
+                 *       "failure": null
+                 *     }
+                 */
                 "application/json": components["schemas"]["ResultRequest"];
             };
         };
@@ -2040,6 +2944,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "status": "completed",
+                     *       "state_version": 5
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -2060,13 +2971,21 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description A session id (ses_…). */
+                /**
+                 * @description A session id (ses_…).
+                 * @example ses_01M8PY7QGKW7RCZM9WR38WSWXN
+                 */
                 id: components["parameters"]["SessionId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "text": "Customer is a VIP: refund without the usual photo proof."
+                 *     }
+                 */
                 "application/json": components["schemas"]["NoteRequest"];
             };
         };
@@ -2079,6 +2998,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *       "status": "open",
+                     *       "state_version": 2
+                     *     }
+                     */
                     "application/json": components["schemas"]["SessionWritten"];
                 };
             };
@@ -2105,6 +3031,23 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "routes": [
+                     *         {
+                     *           "step": "issue-refund",
+                     *           "queue": "refunds",
+                     *           "instructions": "Refund in full.",
+                     *           "lease_seconds": 30,
+                     *           "max_attempts": 3,
+                     *           "created_by": "token:controller",
+                     *           "updated_by": "token:controller",
+                     *           "created_at": "2026-11-30T19:17:18.249355Z",
+                     *           "updated_at": "2026-11-30T19:17:18.249355Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["RouteList"];
                 };
             };
@@ -2117,7 +3060,10 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The step name (URL-encoded), as results name it in next_step. */
+                /**
+                 * @description The step name (URL-encoded), as results name it in next_step.
+                 * @example issue-refund
+                 */
                 step: components["parameters"]["Step"];
             };
             cookie?: never;
@@ -2130,6 +3076,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "step": "issue-refund",
+                     *       "queue": "refunds",
+                     *       "instructions": "Refund in full.",
+                     *       "lease_seconds": 30,
+                     *       "max_attempts": 3,
+                     *       "created_by": "token:controller",
+                     *       "updated_by": "token:controller",
+                     *       "created_at": "2026-11-30T19:17:18.249355Z",
+                     *       "updated_at": "2026-11-30T19:17:18.249355Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Route"];
                 };
             };
@@ -2146,13 +3105,22 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description The step name (URL-encoded), as results name it in next_step. */
+                /**
+                 * @description The step name (URL-encoded), as results name it in next_step.
+                 * @example issue-refund
+                 */
                 step: components["parameters"]["Step"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "queue": "refunds",
+                 *       "instructions": "Refund in full."
+                 *     }
+                 */
                 "application/json": components["schemas"]["RouteRequest"];
             };
         };
@@ -2163,6 +3131,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "step": "issue-refund",
+                     *       "queue": "refunds",
+                     *       "instructions": "Refund in full.",
+                     *       "lease_seconds": 30,
+                     *       "max_attempts": 3,
+                     *       "created_by": "token:controller",
+                     *       "updated_by": "token:controller",
+                     *       "created_at": "2026-11-30T19:17:18.249355Z",
+                     *       "updated_at": "2026-11-30T19:17:18.249355Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Route"];
                 };
             };
@@ -2181,7 +3162,10 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description The step name (URL-encoded), as results name it in next_step. */
+                /**
+                 * @description The step name (URL-encoded), as results name it in next_step.
+                 * @example issue-refund
+                 */
                 step: components["parameters"]["Step"];
             };
             cookie?: never;
@@ -2209,13 +3193,21 @@ export interface operations {
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
             };
             path: {
-                /** @description The step name (URL-encoded), as results name it in next_step. */
+                /**
+                 * @description The step name (URL-encoded), as results name it in next_step.
+                 * @example issue-refund
+                 */
                 step: components["parameters"]["Step"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "limit": 10
+                 *     }
+                 */
                 "application/json": components["schemas"]["DrainRequest"];
             };
         };
@@ -2226,6 +3218,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "step": "issue-refund",
+                     *       "delegated": [],
+                     *       "more": false
+                     *     }
+                     */
                     "application/json": components["schemas"]["DrainResult"];
                 };
             };
@@ -2242,13 +3241,19 @@ export interface operations {
             query?: {
                 /** @description A next_cursor from an earlier page (opaque), or now to start at the end. Omitted: from the oldest retained event. */
                 after?: string;
-                /** @description Comma-separated event types to return, e.g. result.completed,session.escalated. Omitted: every type. */
+                /**
+                 * @description Comma-separated event types to return, e.g. result.completed,session.escalated. Omitted: every type.
+                 * @example session.created
+                 */
                 types?: string;
                 /** @description Only events of sessions whose current queue is this. */
                 queue?: string;
                 /** @description Only the events of this session. */
                 session_id?: string;
-                /** @description At most this many events (default 100). */
+                /**
+                 * @description At most this many events (default 100).
+                 * @example 10
+                 */
                 limit?: number;
                 /** @description Long poll: with nothing new, wait up to this long for a matching event (default 0, no wait). */
                 wait_seconds?: number;
@@ -2265,6 +3270,97 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "events": [
+                     *         {
+                     *           "event_id": "evt_01M8PY7QGKW7RCZM9WR69QAFJ2",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 1,
+                     *           "type": "session.created",
+                     *           "actor": "token:controller",
+                     *           "version_after": 1,
+                     *           "payload": {
+                     *             "constraints": [
+                     *               "refunds over 200 EUR need a human"
+                     *             ],
+                     *             "done_criteria": [
+                     *               "refund issued or denial explained"
+                     *             ],
+                     *             "facts": {
+                     *               "order_total": "240 EUR"
+                     *             },
+                     *             "goal": "Refund order 1182 if eligible",
+                     *             "priority": 2,
+                     *             "resources": [
+                     *               {
+                     *                 "name": "orders-db",
+                     *                 "uri": "db://orders"
+                     *               }
+                     *             ],
+                     *             "ticket_ref": "T-1182"
+                     *           },
+                     *           "created_at": "2026-11-30T19:17:17.971239Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QJ1PZ5ZM74V251DXJHK",
+                     *           "session_id": "ses_01M8PY7QJ1PZ5ZM74V212W8HFG",
+                     *           "seq": 1,
+                     *           "type": "session.created",
+                     *           "actor": "token:controller",
+                     *           "version_after": 1,
+                     *           "payload": {
+                     *             "goal": "Replace the blender",
+                     *             "priority": 3,
+                     *             "ticket_ref": "T-2001"
+                     *           },
+                     *           "created_at": "2026-11-30T19:17:18.017241Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QR6QZDXGY56SX1H9Y32",
+                     *           "session_id": "ses_01M8PY7QR6QZDXGY56SV6GFZHX",
+                     *           "seq": 1,
+                     *           "type": "session.created",
+                     *           "actor": "token:controller",
+                     *           "version_after": 1,
+                     *           "payload": {
+                     *             "goal": "Refund and reship order 9",
+                     *             "priority": 3
+                     *           },
+                     *           "created_at": "2026-11-30T19:17:18.214009Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QREBKRYQ9AA7A58JGRF",
+                     *           "session_id": "ses_01M8PY7QRCGZEAY6AKJX8FK66N",
+                     *           "seq": 1,
+                     *           "type": "session.created",
+                     *           "actor": "token:controller",
+                     *           "version_after": 1,
+                     *           "payload": {
+                     *             "goal": "Refund order 9",
+                     *             "parent_goal": "Refund and reship order 9",
+                     *             "parent_id": "ses_01M8PY7QR6QZDXGY56SV6GFZHX",
+                     *             "priority": 3
+                     *           },
+                     *           "created_at": "2026-11-30T19:17:18.22248Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QWCHJ0ACHZ9VFRSMMKS",
+                     *           "session_id": "ses_01M8PY7QWCHJ0ACHZ9VCPB2HAK",
+                     *           "seq": 1,
+                     *           "type": "session.created",
+                     *           "actor": "token:controller",
+                     *           "version_after": 1,
+                     *           "payload": {
+                     *             "goal": "Delivered",
+                     *             "priority": 3
+                     *           },
+                     *           "created_at": "2026-11-30T19:17:18.34821Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": "feyJwIjoxN30"
+                     *     }
+                     */
                     "application/json": components["schemas"]["FeedPage"];
                 };
             };
@@ -2288,6 +3384,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "webhooks": [
+                     *         {
+                     *           "id": "whk_01M8PY7QVTPEWG9NXCEDFGQS0R",
+                     *           "url": "https://hooks.example.com/taskpilots",
+                     *           "types": [
+                     *             "session.created"
+                     *           ],
+                     *           "description": "New sessions to the triage bot",
+                     *           "created_by": "token:admin",
+                     *           "created_at": "2026-11-30T19:17:18.330369Z",
+                     *           "secret_rotation_ends_at": null,
+                     *           "pending": 0,
+                     *           "failed": 0
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["WebhookList"];
                 };
             };
@@ -2304,6 +3419,15 @@ export interface operations {
         };
         requestBody: {
             content: {
+                /**
+                 * @example {
+                 *       "url": "https://hooks.example.com/taskpilots",
+                 *       "types": [
+                 *         "session.created"
+                 *       ],
+                 *       "description": "New sessions to the triage bot"
+                 *     }
+                 */
                 "application/json": components["schemas"]["WebhookRequest"];
             };
         };
@@ -2314,6 +3438,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "whk_01M8PY7QVTPEWG9NXCEDFGQS0R",
+                     *       "secret": "whsec_BAmu8byiMLtzfiVosc71J4+FzlcpXUGCKifc9Q067pI="
+                     *     }
+                     */
                     "application/json": components["schemas"]["WebhookCreated"];
                 };
             };
@@ -2329,7 +3459,10 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description A webhook id (whk_…). */
+                /**
+                 * @description A webhook id (whk_…).
+                 * @example whk_01M8PY7QVTPEWG9NXCEDFGQS0R
+                 */
                 id: components["parameters"]["WebhookId"];
             };
             cookie?: never;
@@ -2353,13 +3486,17 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description A webhook id (whk_…). */
+                /**
+                 * @description A webhook id (whk_…).
+                 * @example whk_01M8PY7QVTPEWG9NXCEDFGQS0R
+                 */
                 id: components["parameters"]["WebhookId"];
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /** @example {} */
                 "application/json": components["schemas"]["EmptyRequest"];
             };
         };
@@ -2370,6 +3507,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "whk_01M8PY7QVTPEWG9NXCEDFGQS0R",
+                     *       "secret": "whsec_CGsQ7uS69cog5ER0oiY4M/XaA8/nlC3SlJ9oiWQdXMY=",
+                     *       "old_secret_signs_until": "2026-12-01T19:17:18.470697Z"
+                     *     }
+                     */
                     "application/json": components["schemas"]["SecretRotated"];
                 };
             };
@@ -2384,12 +3528,18 @@ export interface operations {
     listWebhookDeliveries: {
         parameters: {
             query?: {
-                /** @description At most this many deliveries (default 50). */
+                /**
+                 * @description At most this many deliveries (default 50).
+                 * @example 10
+                 */
                 limit?: number;
             };
             header?: never;
             path: {
-                /** @description A webhook id (whk_…). */
+                /**
+                 * @description A webhook id (whk_…).
+                 * @example whk_01M8PY7QVTPEWG9NXCEDFGQS0R
+                 */
                 id: components["parameters"]["WebhookId"];
             };
             cookie?: never;
@@ -2402,6 +3552,77 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "deliveries": [
+                     *         {
+                     *           "event_id": "evt_01M8PY7QWCHJ0ACHZ9VFRSMMKS",
+                     *           "session_id": "ses_01M8PY7QWCHJ0ACHZ9VCPB2HAK",
+                     *           "seq": 1,
+                     *           "status": "delivered",
+                     *           "attempt": 1,
+                     *           "status_code": 204,
+                     *           "error": "",
+                     *           "next_attempt_at": null,
+                     *           "delivered_at": "2026-11-30T19:17:18.411134Z",
+                     *           "queued_at": "2026-11-30T19:17:18.380658Z",
+                     *           "updated_at": "2026-11-30T19:17:18.411134Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QREBKRYQ9AA7A58JGRF",
+                     *           "session_id": "ses_01M8PY7QRCGZEAY6AKJX8FK66N",
+                     *           "seq": 1,
+                     *           "status": "delivered",
+                     *           "attempt": 1,
+                     *           "status_code": 204,
+                     *           "error": "",
+                     *           "next_attempt_at": null,
+                     *           "delivered_at": "2026-11-30T19:17:18.411134Z",
+                     *           "queued_at": "2026-11-30T19:17:18.380658Z",
+                     *           "updated_at": "2026-11-30T19:17:18.411134Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QR6QZDXGY56SX1H9Y32",
+                     *           "session_id": "ses_01M8PY7QR6QZDXGY56SV6GFZHX",
+                     *           "seq": 1,
+                     *           "status": "delivered",
+                     *           "attempt": 1,
+                     *           "status_code": 204,
+                     *           "error": "",
+                     *           "next_attempt_at": null,
+                     *           "delivered_at": "2026-11-30T19:17:18.411134Z",
+                     *           "queued_at": "2026-11-30T19:17:18.380658Z",
+                     *           "updated_at": "2026-11-30T19:17:18.411134Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QJ1PZ5ZM74V251DXJHK",
+                     *           "session_id": "ses_01M8PY7QJ1PZ5ZM74V212W8HFG",
+                     *           "seq": 1,
+                     *           "status": "delivered",
+                     *           "attempt": 1,
+                     *           "status_code": 204,
+                     *           "error": "",
+                     *           "next_attempt_at": null,
+                     *           "delivered_at": "2026-11-30T19:17:18.411134Z",
+                     *           "queued_at": "2026-11-30T19:17:18.380658Z",
+                     *           "updated_at": "2026-11-30T19:17:18.411134Z"
+                     *         },
+                     *         {
+                     *           "event_id": "evt_01M8PY7QGKW7RCZM9WR69QAFJ2",
+                     *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *           "seq": 1,
+                     *           "status": "delivered",
+                     *           "attempt": 1,
+                     *           "status_code": 204,
+                     *           "error": "",
+                     *           "next_attempt_at": null,
+                     *           "delivered_at": "2026-11-30T19:17:18.411134Z",
+                     *           "queued_at": "2026-11-30T19:17:18.380658Z",
+                     *           "updated_at": "2026-11-30T19:17:18.411134Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
                     "application/json": components["schemas"]["DeliveryList"];
                 };
             };
@@ -2416,15 +3637,22 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description A webhook id (whk_…). */
+                /**
+                 * @description A webhook id (whk_…).
+                 * @example whk_01M8PY7QVTPEWG9NXCEDFGQS0R
+                 */
                 id: components["parameters"]["WebhookId"];
-                /** @description The event id (evt_…), the delivery's webhook-id. */
+                /**
+                 * @description The event id (evt_…), the delivery's webhook-id.
+                 * @example evt_01M8PY7QWCHJ0ACHZ9VFRSMMKS
+                 */
                 event_id: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
+                /** @example {} */
                 "application/json": components["schemas"]["EmptyRequest"];
             };
         };
