@@ -401,11 +401,20 @@ func (r VerifyRun) problems(kinds ...string) []Problem {
 	return out
 }
 
+// CheckpointProblems are the problems where the log no longer holds what a
+// signed checkpoint recorded, or a checkpoint itself was changed.
+func (r VerifyRun) CheckpointProblems() []Problem {
+	return r.problems(ProblemCheckpoint, ProblemMissing, ProblemTruncated, ProblemRewritten)
+}
+
 // Verifier runs Store.Verify in the background for the console, one run at a
 // time per process, and keeps the last run's progress and report.
 type Verifier struct {
 	Store *Store
 	Log   *slog.Logger
+	// PublicKeys are the checkpoint keys trusted by the checkpoint checks
+	// (the server's own key); empty: the keys recorded in the database.
+	PublicKeys []string
 	// Timeout bounds a run; default one hour.
 	Timeout time.Duration
 
@@ -451,7 +460,7 @@ func (v *Verifier) Start(ctx context.Context, admin User) (bool, error) {
 			v.mu.Lock()
 			v.run.Done, v.run.Total = d, t
 			v.mu.Unlock()
-		}})
+		}, Checkpoints: &CheckpointVerifyOpts{PublicKeys: v.PublicKeys}})
 		v.mu.Lock()
 		v.run.Running = false
 		v.run.FinishedAt = v.Store.now()
