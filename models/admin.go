@@ -19,20 +19,21 @@ import (
 
 // Admin actions recorded in the admin audit log.
 const (
-	AdminUserCreate    = "user.create"
-	AdminUserDisable   = "user.disable"
-	AdminUserEnable    = "user.enable"
-	AdminUserRole      = "user.role"
-	AdminUserPassword  = "user.reset_password"
-	AdminTokenCreate   = "token.create"
-	AdminTokenRevoke   = "token.revoke"
-	AdminVerifyStart   = "verify.start"
-	AdminVerifyFinish  = "verify.finish"
-	AdminAuditExport   = "audit.export"
-	AdminTranscript    = "audit.transcript"
-	AdminRoutePut      = "route.put"
-	AdminRouteDelete   = "route.delete"
-	adminAuditMaxLimit = 200
+	AdminUserCreate      = "user.create"
+	AdminUserDisable     = "user.disable"
+	AdminUserEnable      = "user.enable"
+	AdminUserRole        = "user.role"
+	AdminUserPassword    = "user.reset_password"
+	AdminTokenCreate     = "token.create"
+	AdminTokenRevoke     = "token.revoke"
+	AdminVerifyStart     = "verify.start"
+	AdminVerifyFinish    = "verify.finish"
+	AdminAuditExport     = "audit.export"
+	AdminTranscript      = "audit.transcript"
+	AdminRoutePut        = "route.put"
+	AdminRouteDelete     = "route.delete"
+	AdminCheckpointWrite = "checkpoint.write"
+	adminAuditMaxLimit   = 200
 )
 
 // AdminAudit is one admin action. Before and After are JSON (null when the

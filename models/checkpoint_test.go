@@ -374,4 +374,3 @@ func forgeNote(t *testing.T, k *models.CheckpointKey, text models.CheckpointText
 	}
 	return string(signed)
 }
-
