@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -373,4 +374,77 @@ func forgeNote(t *testing.T, k *models.CheckpointKey, text models.CheckpointText
 		t.Fatal(err)
 	}
 	return string(signed)
+}
+
+// TestTranscriptTailCutOffline exports a transcript with its checkpoint
+// and checks it offline; then cuts its tail and, as a forger would, signs a
+// fresh one-leaf tree for the shortened chain with a key of their own: the
+// pinned key rejects it, and without a pinned key the report says the key
+// came from the file.
+func TestTranscriptTailCutOffline(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		sid := tamperable(ctx, t, s)
+		tamperable(ctx, t, s)
+		tamperable(ctx, t, s)
+		key := testKey(t)
+		cp := &models.Checkpointer{Store: s, Key: key}
+		proof, err := s.TranscriptCheckpointFor(ctx, sid, cp, "test")
+		if err != nil || proof == nil || proof.TreeSize != 3 || proof.EventCount != 5 || len(proof.Proof) != 2 {
+			t.Fatalf("proof = %+v, %v", proof, err)
+		}
+		var buf strings.Builder
+		if err := s.WriteTranscript(ctx, &buf, sid, "test", proof); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := models.VerifyTranscript(strings.NewReader(buf.String()), []string{key.PublicKey})
+		if err != nil || !rep.OK() || rep.Covered != 5 || rep.KeyFromFile {
+			t.Fatalf("intact transcript: %+v, %v", rep, err)
+		}
+		// A second export with nothing changed reuses checkpoint 1.
+		if again, err := s.TranscriptCheckpointFor(ctx, sid, cp, "test"); err != nil || again.Seq != 1 {
+			t.Fatalf("second export: %+v %v", again, err)
+		}
+
+		var tr models.Transcript
+		if err := json.Unmarshal([]byte(buf.String()), &tr); err != nil {
+			t.Fatal(err)
+		}
+		tr.Events = tr.Events[:4]
+		tr.LastHash, tr.StateVersion = tr.Events[3].Hash, 4
+		rep = verifyTranscriptValue(t, tr, key.PublicKey)
+		if len(rep.Problems) != 1 || rep.Problems[0].Kind != models.ProblemTruncated {
+			t.Fatalf("cut transcript: %+v", rep.Problems)
+		}
+
+		forger := testKey(t)
+		leaf := models.LeafHash(models.CheckpointLeaf(sid, 4, tr.LastHash))
+		text := models.CheckpointText{Seq: 1, Time: "2026-01-01T00:00:00.000000Z", Sessions: 1, Events: 4, Root: leaf}
+		signed, err := note.Sign(&note.Note{Text: text.Format()}, models.SignerForTest(forger))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Checkpoint = &models.TranscriptCheckpoint{Seq: 1, Note: string(signed), PublicKey: forger.PublicKey, LeafIndex: 0, TreeSize: 1,
+			EventCount: 4, HeadHash: tr.LastHash, Proof: []string{}}
+		rep = verifyTranscriptValue(t, tr, key.PublicKey)
+		if len(rep.Problems) != 1 || rep.Problems[0].Kind != models.ProblemCheckpoint || !strings.Contains(rep.Problems[0].Detail, "not signed by a trusted key") {
+			t.Fatalf("re-signed transcript: %+v", rep.Problems)
+		}
+		if rep = verifyTranscriptValue(t, tr); !rep.OK() || !rep.KeyFromFile {
+			t.Fatalf("re-signed transcript without a pinned key: %+v", rep)
+		}
+	})
+}
+
+func verifyTranscriptValue(t *testing.T, tr models.Transcript, keys ...string) models.TranscriptReport {
+	t.Helper()
+	b, err := json.Marshal(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := models.VerifyTranscript(strings.NewReader(string(b)), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
