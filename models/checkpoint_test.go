@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -447,4 +448,36 @@ func verifyTranscriptValue(t *testing.T, tr models.Transcript, keys ...string) m
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// TestCheckpointTick: the maintenance pass signs at its first tick, then at
+// most once per period, and only when something changed.
+func TestCheckpointTick(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		s.Now = func() time.Time { return now }
+		sid := storetest.Session(ctx, t, s, nil)
+		cp := &models.Checkpointer{Store: s, Key: testKey(t), Every: 10 * time.Minute}
+		tick := func(wantWritten bool, wantSeq int64) {
+			t.Helper()
+			c, written, err := cp.Tick(ctx)
+			if err != nil || written != wantWritten || (wantSeq != 0 && c.Seq != wantSeq) {
+				t.Fatalf("tick at %s = %+v, %v, %v; want written %v seq %d", now, c, written, err, wantWritten, wantSeq)
+			}
+		}
+		tick(true, 1)
+		if _, err := s.Transition(ctx, sid, models.EventSessionPaused, "test:controller", "", models.TransitionInput{ExpectedVersion: v64(1)}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(9 * time.Minute)
+		tick(false, 0) // not due yet
+		now = now.Add(time.Minute)
+		tick(true, 2)
+		now = now.Add(10 * time.Minute)
+		tick(false, 2) // due, but nothing changed
+		if (&models.Checkpointer{Store: s}).Enabled() {
+			t.Fatal("a checkpointer without a key is enabled")
+		}
+	})
 }
