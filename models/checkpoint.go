@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"database/sql"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -262,14 +263,18 @@ func (s *Store) WriteCheckpoint(ctx context.Context, key *CheckpointKey, by stri
 		problems []Problem
 		after    string
 	)
+	// Each session with its leaf in the latest checkpoint (entriesAsOf's
+	// condition, keyset bound on every side for the same reason).
 	q := `SELECT s.id, s.state_version, s.last_hash, e.event_count AS prev_count, e.head_hash AS prev_head
 		FROM sessions s
-		LEFT JOIN checkpoint_entries e ON e.session_id = s.id AND e.checkpoint_seq = (
-			SELECT max(x.checkpoint_seq) FROM checkpoint_entries x WHERE x.session_id = s.id AND x.checkpoint_seq <= ?)
-		WHERE s.id > ? ORDER BY s.id LIMIT ?`
+		LEFT JOIN checkpoint_entries e ON e.session_id = s.id AND e.session_id > @after AND e.checkpoint_seq <= @seq AND NOT EXISTS (
+			SELECT 1 FROM checkpoint_entries y WHERE y.session_id = e.session_id AND y.session_id > @after
+				AND y.checkpoint_seq > e.checkpoint_seq AND y.checkpoint_seq <= @seq)
+		WHERE s.id > @after ORDER BY s.id LIMIT @limit`
 	for {
 		var rows []sessionHeadRow
-		if err := s.DB.WithContext(ctx).Raw(q, latest.Seq, after, checkpointBatch).Scan(&rows).Error; err != nil {
+		if err := s.DB.WithContext(ctx).Raw(q, sql.Named("after", after), sql.Named("seq", latest.Seq), sql.Named("limit", checkpointBatch)).
+			Scan(&rows).Error; err != nil {
 			return Checkpoint{}, false, fmt.Errorf("checkpoint: read session heads: %w", err)
 		}
 		for _, r := range rows {
@@ -387,18 +392,21 @@ func (s *Store) probeHeads(ctx context.Context, seq int64, ps []headProbe) ([]Pr
 		n := min(len(ps), 500)
 		batch := ps[:n]
 		ps = ps[n:]
-		conds := make([]string, len(batch))
+		// A VALUES list joined to the (session_id, seq) index: PostgreSQL
+		// plans 500 OR-ed conditions in a quarter second, this in a millisecond.
+		vals := make([]string, len(batch))
 		args := make([]any, 0, 2*len(batch))
 		for i, p := range batch {
-			conds[i] = "(session_id = ? AND seq = ?)"
-			args = append(args, p.SessionID, p.Seq)
+			vals[i] = "(?, ?)"
+			args = append(args, p.SessionID, strconv.FormatInt(p.Seq, 10))
 		}
 		var found []struct {
 			SessionID string
 			Seq       int64
 			Hash      string
 		}
-		if err := s.DB.WithContext(ctx).Raw(`SELECT session_id, seq, hash FROM events WHERE `+strings.Join(conds, " OR "), args...).
+		if err := s.DB.WithContext(ctx).Raw(`WITH v(sid, seq) AS (VALUES `+strings.Join(vals, ", ")+`)
+			SELECT e.session_id, e.seq, e.hash FROM v JOIN events e ON e.session_id = v.sid AND e.seq = CAST(v.seq AS bigint)`, args...).
 			Scan(&found).Error; err != nil {
 			return nil, fmt.Errorf("checkpoint: read head events: %w", err)
 		}

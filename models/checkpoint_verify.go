@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 )
@@ -118,11 +119,14 @@ func (s *Store) VerifyCheckpoints(ctx context.Context, o CheckpointVerifyOpts) (
 }
 
 // entriesAsOf is the query of checkpoint seq's leaves: per session, its
-// newest entry at or before seq, in id order, a batch at a time.
+// newest entry at or before seq (no newer one up to seq), in id order, a
+// batch at a time. Both sides carry the keyset bound: without it on the
+// anti-joined side PostgreSQL merges from the first session for every batch.
 const entriesAsOf = `SELECT e.session_id, e.checkpoint_seq, e.event_count, e.head_hash FROM checkpoint_entries e
-	WHERE e.session_id > ? AND e.checkpoint_seq = (
-		SELECT max(x.checkpoint_seq) FROM checkpoint_entries x WHERE x.session_id = e.session_id AND x.checkpoint_seq <= ?)
-	ORDER BY e.session_id LIMIT ?`
+	WHERE e.session_id > @after AND e.checkpoint_seq <= @seq AND NOT EXISTS (
+		SELECT 1 FROM checkpoint_entries y WHERE y.session_id = e.session_id AND y.session_id > @after
+			AND y.checkpoint_seq > e.checkpoint_seq AND y.checkpoint_seq <= @seq)
+	ORDER BY e.session_id LIMIT @limit`
 
 // eachCheckpointEntry calls fn with checkpoint seq's leaves, a batch at a
 // time, in tree order.
@@ -130,7 +134,7 @@ func (s *Store) eachCheckpointEntry(ctx context.Context, seq int64, fn func([]ch
 	after := ""
 	for {
 		var batch []checkpointEntry
-		if err := s.DB.WithContext(ctx).Raw(entriesAsOf, after, seq, checkpointBatch).Scan(&batch).Error; err != nil {
+		if err := s.DB.WithContext(ctx).Raw(entriesAsOf, sql.Named("after", after), sql.Named("seq", seq), sql.Named("limit", checkpointBatch)).Scan(&batch).Error; err != nil {
 			return fmt.Errorf("checkpoint %d: read entries: %w", seq, err)
 		}
 		if len(batch) > 0 {
