@@ -481,3 +481,30 @@ func TestCheckpointTick(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckpointGap: a checkpoint deleted from the middle of the sequence
+// is reported (deleting the newest ones cannot be told from their never
+// having been signed; README, "Tamper evidence", says so).
+func TestCheckpointGap(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		key := testKey(t)
+		sid := storetest.Session(ctx, t, s, nil)
+		mustCheckpoint(ctx, t, s, key)
+		for _, v := range []int64{1, 2} {
+			et := models.EventSessionPaused
+			if v == 2 {
+				et = models.EventSessionResumed
+			}
+			if _, err := s.Transition(ctx, sid, et, "test:controller", "", models.TransitionInput{ExpectedVersion: v64(v)}); err != nil {
+				t.Fatal(err)
+			}
+			mustCheckpoint(ctx, t, s, key)
+		}
+		exec(t, s, `DELETE FROM checkpoints WHERE seq = 2`)
+		rep := verifyCheckpoints(ctx, t, s, key.PublicKey)
+		if len(rep.Problems) != 1 || rep.Problems[0].Checkpoint != 3 || !strings.Contains(rep.Problems[0].String(), "checkpoint 3: checkpoint: checkpoints 2 to 2 are missing") {
+			t.Fatalf("gap: %v", rep.Problems)
+		}
+	})
+}
