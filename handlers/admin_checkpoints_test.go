@@ -42,7 +42,8 @@ func TestAdminCheckpoints(t *testing.T) {
 			t.Fatalf("sign: %d", p.StatusCode)
 		}
 		doc = getDoc(root, "/console/admin/verify")
-		if txt := doc.Find(`[data-testid="checkpoint-latest"]`).Text(); !strings.Contains(txt, "checkpoint 1") || !strings.Contains(txt, "2 sessions") {
+		if txt := doc.Find(`[data-testid="checkpoint-latest"]`).Text(); !strings.Contains(txt, "checkpoint 1") || !strings.Contains(txt, "2 sessions") ||
+			!strings.Contains(txt, "by Root Admin") {
 			t.Fatalf("newest checkpoint shown: %q", txt)
 		}
 		if !strings.Contains(doc.Find(".banner").Text(), "Checkpoint 1 signed over 2 sessions") {

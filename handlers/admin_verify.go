@@ -22,6 +22,16 @@ func AdminVerifyPage(s *models.Store, v *models.Verifier, cp *models.Checkpointe
 		if err != nil {
 			return err
 		}
+		if l := d.Checkpoints.Latest; l != nil {
+			// The page names the admin who signed it, like the run's starter.
+			more, err := s.DisplayNames(c.Request().Context(), l.CreatedBy)
+			if err != nil {
+				return fmt.Errorf("verify page: %w", err)
+			}
+			for k, v := range more {
+				d.Names[k] = v
+			}
+		}
 		return Render(c, http.StatusOK, views.AdminVerifyPage(d))
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -514,7 +513,6 @@ type Checkpointer struct {
 	// Every is the period of the maintenance pass's checkpoint; 0 means on
 	// demand only.
 	Every time.Duration
-	Log   *slog.Logger
 
 	mu      sync.Mutex
 	lastTry time.Time

@@ -55,7 +55,6 @@ func (s *Store) CheckpointProof(ctx context.Context, seq int64, sessionID string
 	err = s.eachCheckpointEntry(ctx, seq, func(batch []checkpointEntry) error {
 		for _, e := range batch {
 			if e.SessionID == sessionID {
-				e := e
 				found, index = &e, int64(len(leaves))
 			}
 			leaves = append(leaves, LeafHash(CheckpointLeaf(e.SessionID, e.EventCount, e.HeadHash)))

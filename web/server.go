@@ -124,7 +124,7 @@ func (c Config) withDefaults() Config {
 // withCheckpointer gives c its checkpointer unless it has one.
 func (c Config) withCheckpointer(s *models.Store) Config {
 	if c.checkpointer == nil {
-		c.checkpointer = &models.Checkpointer{Store: s, Key: c.CheckpointKey, Every: max(c.CheckpointEvery, 0), Log: c.Logger}
+		c.checkpointer = &models.Checkpointer{Store: s, Key: c.CheckpointKey, Every: max(c.CheckpointEvery, 0)}
 	}
 	return c
 }
