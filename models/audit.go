@@ -384,7 +384,10 @@ const TranscriptFormat = "taskpilots.transcript.v1"
 const TranscriptNote = "This is the complete event log of one session, in order, as stored. " +
 	"Every event carries the SHA-256 hash of its content and the hash of the event before it (prev_hash), " +
 	"so changing, removing or reordering any event breaks the chain. Follow the recipe to re-verify it " +
-	"without TaskPilots; `taskpilots verify` and the admin console check the same chain and also replay the state."
+	"without TaskPilots; `taskpilots verify` and the admin console check the same chain and also replay the state. " +
+	"Cutting events off the end (and fixing last_hash) would keep the chain intact: the checkpoint section, when present, " +
+	"is a signed statement of how many events this session had and the hash of the last, with the proof that links it " +
+	"to the signed root; `taskpilots verify --transcript FILE --checkpoint-pubkey KEY` checks all of it offline."
 
 // TranscriptRecipe says how to recompute the chain of a transcript.
 var TranscriptRecipe = []string{
@@ -436,11 +439,15 @@ type transcriptHead struct {
 	TicketRef    string                 `json:"ticket_ref"`
 	Goal         string                 `json:"goal"`
 	StateVersion int64                  `json:"state_version"`
+	LastSeq      int64                  `json:"last_seq"`
 	LastHash     string                 `json:"last_hash"`
 	ExportedAt   string                 `json:"exported_at"`
 	ExportedBy   string                 `json:"exported_by"`
 	Note         string                 `json:"note"`
 	Verification TranscriptVerification `json:"verification"`
+	// Checkpoint is the newest signed checkpoint covering the session, with
+	// the session's inclusion proof; absent when none covers it.
+	Checkpoint *TranscriptCheckpoint `json:"checkpoint,omitempty"`
 }
 
 // Transcript is a decoded transcript (tests and tools read it back).
@@ -450,18 +457,21 @@ type Transcript struct {
 }
 
 // WriteTranscript writes the transcript of a session as one JSON document:
-// a head (ids, the note and the verification recipe) and every event up to
-// the version read with the head, streamed page by page.
-func (s *Store) WriteTranscript(ctx context.Context, w io.Writer, sessionID, exportedBy string) error {
+// a head (ids, the note, the verification recipe and cp, the checkpoint
+// covering the session, if any) and every event up to the version read with
+// the head, streamed page by page. cp must have been made before the head is
+// read (TranscriptCheckpointFor), so that the events reach its count.
+func (s *Store) WriteTranscript(ctx context.Context, w io.Writer, sessionID, exportedBy string, cp *TranscriptCheckpoint) error {
 	row, err := s.GetSession(ctx, sessionID)
 	if err != nil {
 		return err
 	}
 	head := transcriptHead{
 		Format: TranscriptFormat, SessionID: row.ID, TicketRef: row.TicketRef, Goal: row.Goal,
-		StateVersion: row.StateVersion, LastHash: row.LastHash, ExportedAt: NewUTCTime(s.now()).String(),
+		StateVersion: row.StateVersion, LastSeq: row.LastSeq, LastHash: row.LastHash, ExportedAt: NewUTCTime(s.now()).String(),
 		ExportedBy: exportedBy, Note: TranscriptNote,
 		Verification: TranscriptVerification{Algorithm: "sha256", Recipe: TranscriptRecipe, Python: TranscriptPython},
+		Checkpoint:   cp,
 	}
 	b, err := json.MarshalIndent(head, "", "  ")
 	if err != nil {

@@ -21,9 +21,19 @@ type Problem struct {
 	Seq       int64  `json:"seq"`
 	Kind      string `json:"kind"`
 	Detail    string `json:"detail"`
+	// Checkpoint is the checkpoint a checkpoint problem is about (0 for the
+	// problems of a session's own chain).
+	Checkpoint int64 `json:"checkpoint,omitempty"`
 }
 
 func (p Problem) String() string {
+	switch {
+	case p.SessionID == "":
+		return fmt.Sprintf("checkpoint %d: %s: %s", p.Checkpoint, p.Kind, p.Detail)
+	case p.Checkpoint != 0:
+		// The detail names the session, the count and the checkpoint.
+		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
+	}
 	return fmt.Sprintf("session %s seq %d: %s: %s", p.SessionID, p.Seq, p.Kind, p.Detail)
 }
 
@@ -33,6 +43,9 @@ type VerifyReport struct {
 	Events   int64         `json:"events"`
 	Problems []Problem     `json:"problems"`
 	Elapsed  time.Duration `json:"elapsed_ns"`
+	// Checkpoints is what the checkpoint checks covered (nil when they did
+	// not run).
+	Checkpoints *CheckpointSummary `json:"checkpoints,omitempty"`
 }
 
 // OK reports whether nothing was wrong.
@@ -45,6 +58,10 @@ type VerifyOpts struct {
 	Progress func(done, total int64)
 	// SessionIDs limits the check to these sessions.
 	SessionIDs []string
+	// Checkpoints, if set, also checks the signed checkpoints against the
+	// log (VerifyCheckpoints); not with SessionIDs, since a checkpoint is
+	// about the log as a whole.
+	Checkpoints *CheckpointVerifyOpts
 }
 
 const verifyBatch = 200
@@ -86,6 +103,14 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 		if o.Progress != nil {
 			o.Progress(rep.Sessions, total)
 		}
+	}
+	if o.Checkpoints != nil && len(o.SessionIDs) == 0 {
+		sum, probs, err := s.VerifyCheckpoints(ctx, *o.Checkpoints)
+		if err != nil {
+			return rep, err
+		}
+		rep.Checkpoints = &sum
+		rep.Problems = append(rep.Problems, probs...)
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil

@@ -32,6 +32,10 @@ type serveOpts struct {
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
 	// where web.Config's zero means "the default".
 	reviewDoubleShare float64
+	// checkpointKeyPath and checkpointEvery are the flags' values; the key
+	// is loaded (or created) by runServe.
+	checkpointKeyPath string
+	checkpointEvery   time.Duration
 	web               web.Config
 }
 
@@ -72,6 +76,9 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"share of escalations scored by two reviewers, 0 to 1 (env TASKPILOTS_REVIEW_DOUBLE_SHARE)")
 	fs.DurationVar(&o.web.Reviews.ClaimTTL, "review-claim-ttl", d.Duration("TASKPILOTS_REVIEW_CLAIM_TTL", models.DefaultReviewClaimTTL),
 		"how long a reviewer's claim on an item lasts (env TASKPILOTS_REVIEW_CLAIM_TTL)")
+	checkpointKeyFlag(fs, d, &o.checkpointKeyPath)
+	fs.DurationVar(&o.checkpointEvery, "checkpoint-every", d.Duration("TASKPILOTS_CHECKPOINT_EVERY", web.DefaultCheckpointEvery),
+		"how often to sign a checkpoint over every session's head when anything changed; 0: only on demand (env TASKPILOTS_CHECKPOINT_EVERY)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
 			"seeds demo users and sessions into a new embedded SQLite database (never PostgreSQL),\n"+
@@ -106,6 +113,13 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.reviewDoubleShare < 0 || o.reviewDoubleShare > 1 {
 		v.Add("review-double-share", "must be between 0 and 1")
 	}
+	if o.checkpointEvery < 0 {
+		v.Add("checkpoint-every", "must be 0 (on demand only) or a positive duration")
+	}
+	o.web.CheckpointEvery = o.checkpointEvery
+	if o.checkpointEvery == 0 {
+		o.web.CheckpointEvery = -1
+	}
 	o.web.Reviews.DoubleShare = o.reviewDoubleShare
 	if o.reviewDoubleShare == 0 {
 		o.web.Reviews.DoubleShare = -1
@@ -135,6 +149,9 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	defer s.Close()
 	if err := prepareServe(ctx, env, s, o.demo); err != nil {
 		return err
+	}
+	if o.web.CheckpointKey, err = checkpointKey(env, o.databaseURL, o.checkpointKeyPath, true); err != nil {
+		return fmt.Errorf("checkpoint key: %w", err)
 	}
 	env.log.Info("starting TaskPilots Handoff", "database", redactURL(s.URL()), "dialect", s.Dialect, "addr", o.web.Addr)
 	if err := web.Serve(ctx, s, o.web); err != nil {
