@@ -388,7 +388,8 @@ const TranscriptNote = "This is the complete event log of one session, in order,
 
 // TranscriptRecipe says how to recompute the chain of a transcript.
 var TranscriptRecipe = []string{
-	"1. Take the events in order; seq runs 1, 2, … n and version_after equals seq.",
+	"1. Take the events in order; seq runs 1, 2, … n, and each version_before equals the previous event's version_after " +
+		"(version_after is one more for an event that changes the work, the same for an audit-only one such as a review score).",
 	"2. The first event's prev_hash is \"\"; every later event's prev_hash must equal the previous event's hash.",
 	"3. For each event build this text, with no spaces, keys in exactly this order: " +
 		`{"session_id":S,"seq":N,"type":S,"actor":S,"version_before":N,"version_after":N,"payload":P,"idempotency_key":S,"prev_hash":S,"created_at":S} ` +
@@ -473,16 +474,18 @@ func (s *Store) WriteTranscript(ctx context.Context, w io.Writer, sessionID, exp
 	bw.WriteString(",\n  \"events\": [")
 	var after int64
 	first := true
-	for after < row.StateVersion {
+	// Up to the seq read with the head, so that last_hash is the hash of
+	// the last event written out.
+	for after < row.LastSeq {
 		evs, err := s.ListEvents(ctx, sessionID, after, 1000)
 		if err != nil {
 			return err
 		}
-		if len(evs) == 0 || evs[0].Seq > row.StateVersion {
+		if len(evs) == 0 || evs[0].Seq > row.LastSeq {
 			break
 		}
 		for _, e := range evs {
-			if e.Seq > row.StateVersion {
+			if e.Seq > row.LastSeq {
 				break
 			}
 			eb, err := json.Marshal(ExportOf(e))

@@ -55,6 +55,10 @@ type Store struct {
 	LeaseRecheck time.Duration
 	// SLA is the escalation SLA per priority; nil means DefaultSLAPolicy.
 	SLA SLAPolicy
+	// Reviews is the review policy: the write path adds a decided
+	// escalation to the review queue with it (the zero value is the
+	// default policy).
+	Reviews ReviewPolicy
 	// Observer, if set, hears about committed and rejected writes.
 	Observer Observer
 	url      string
@@ -242,6 +246,16 @@ func isUniqueViolation(err error) bool {
 		return pgErr.Code == "23505"
 	}
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// isUniqueViolationOn reports a unique violation of one constraint: its
+// PostgreSQL name, or SQLite's "table.column" in the message.
+func isUniqueViolationOn(err error, pgConstraint, sqliteColumn string) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505" && pgErr.ConstraintName == pgConstraint
+	}
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: "+sqliteColumn)
 }
 
 func isNotNullViolation(err error) bool {

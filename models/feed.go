@@ -96,6 +96,10 @@ type FeedQuery struct {
 	SessionID string
 	// Limit is the page size, 1 to MaxFeedLimit; 0 means DefaultFeedLimit.
 	Limit int
+	// Reader is who reads the page: review scores still blind to it are
+	// redacted (RedactReviews). The zero value is a reader without
+	// identity, to whom every blind score is redacted.
+	Reader ReviewReader
 }
 
 // FeedEvent is one event as the feed tells it.
@@ -257,6 +261,9 @@ func (s *Store) ReadFeed(ctx context.Context, q FeedQuery) (FeedPage, error) {
 			EventID: r.EventID, SessionID: r.SessionID, Seq: r.Seq, Type: r.Type, Actor: r.Actor,
 			VersionAfter: r.VersionAfter, Payload: payload, CreatedAt: r.CreatedAt, Pos: r.Pos,
 		})
+	}
+	if err := s.redactFeed(ctx, q.Reader, page.Events); err != nil {
+		return FeedPage{}, err
 	}
 	if len(rows) == limit {
 		page.NextCursor = EncodeFeedCursor(rows[len(rows)-1].Pos)

@@ -364,15 +364,13 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 	if errors.Is(err, errNoWork) {
 		return nil, nil
 	}
-	if s.Observer != nil {
-		switch {
-		case err != nil:
-			s.Observer.Rejected(EventDelegationLeased, ErrorCode(err))
-		case out.Replayed:
-			s.Observer.Rejected(EventDelegationLeased, EIDEMPOTENCY)
-		default:
-			s.Observer.Committed(leased, out.Status)
-		}
+	switch {
+	case err != nil:
+		s.rejected(ctx, EventDelegationLeased, err, queue)
+	case out.Replayed:
+		s.rejected(ctx, EventDelegationLeased, errReplayed, queue)
+	case s.Observer != nil:
+		s.Observer.Committed(leased, out.Status, queue)
 	}
 	if err != nil {
 		return nil, err
@@ -716,9 +714,16 @@ func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
 					*d.LeaseToken != *seen.LeaseToken || d.LeaseExpiresAt.Time.After(s.now()) {
 					return nil, errSkip
 				}
+				// Heartbeats are not events, so the expiry records the
+				// worker's last sign of life for the recovery time: a claim
+				// and every heartbeat set the expiry to now + lease_seconds
+				// (which never changes on a delegation), so the last of
+				// them was exactly lease_seconds before the expiry.
+				lastSeen := d.LeaseExpiresAt.Time.Add(-time.Duration(d.LeaseSeconds) * time.Second)
 				return ExpiredPayload{
 					DelegationID: d.ID, Attempt: d.Attempt, Worker: d.LeasedBy,
 					NextAttempt: d.Attempt + 1, Exhausted: d.Attempt >= d.MaxAttempts,
+					LastSeenAt: NewUTCTime(lastSeen).String(),
 				}, nil
 			},
 			Effect: func(tx *Tx, next State, ev Event) (any, error) {

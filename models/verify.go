@@ -10,7 +10,7 @@ import (
 const (
 	ProblemHash       = "hash"       // an event's stored hash is not the hash of its content
 	ProblemChain      = "chain"      // an event's prev_hash is not its predecessor's hash
-	ProblemSeq        = "seq"        // seq or versions do not run 1..n
+	ProblemSeq        = "seq"        // seq does not run 1..n, or a version_before is not its predecessor's version_after
 	ProblemReplay     = "replay"     // Apply rejected the event during replay
 	ProblemProjection = "projection" // replayed state differs from the stored state
 )
@@ -98,6 +98,7 @@ func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Proble
 		st       State
 		prevHash string
 		lastSeq  int64
+		lastVer  int64
 		replayOK = true
 		count    int64
 	)
@@ -114,9 +115,11 @@ func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Proble
 		}
 		for _, e := range evs {
 			count++
-			if e.Seq != lastSeq+1 || e.VersionBefore != lastSeq || e.VersionAfter != e.Seq {
-				add(e.Seq, ProblemSeq, "expected seq %d with versions %d→%d, found seq %d with %d→%d",
-					lastSeq+1, lastSeq, lastSeq+1, e.Seq, e.VersionBefore, e.VersionAfter)
+			// Seq always runs on; the version moves by the event type's rule
+			// (invariant 10), which replay checks below.
+			if e.Seq != lastSeq+1 || e.VersionBefore != lastVer {
+				add(e.Seq, ProblemSeq, "expected seq %d from version %d, found seq %d with versions %d→%d",
+					lastSeq+1, lastVer, e.Seq, e.VersionBefore, e.VersionAfter)
 			}
 			if got := ComputeHash(e); got != e.Hash {
 				add(e.Seq, ProblemHash, "stored hash %.12s…, content hashes to %.12s…", e.Hash, got)
@@ -135,6 +138,7 @@ func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Proble
 			}
 			prevHash = e.Hash
 			lastSeq = e.Seq
+			lastVer = e.VersionAfter
 		}
 	}
 	if !replayOK {
@@ -147,10 +151,12 @@ func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Proble
 	if string(want) != row.State {
 		add(lastSeq, ProblemProjection, "stored state differs from the state replayed from %d events", count)
 	}
-	proj := projection(st, string(want), prevHash, row.UpdatedAt)
+	proj := projection(st, string(want), lastSeq, prevHash, row.UpdatedAt)
 	switch {
 	case row.StateVersion != st.Version:
 		add(lastSeq, ProblemProjection, "state_version column %d, replay gives %d", row.StateVersion, st.Version)
+	case row.LastSeq != lastSeq:
+		add(lastSeq, ProblemProjection, "last_seq column %d, the last event has seq %d", row.LastSeq, lastSeq)
 	case row.Status != proj.Status:
 		add(lastSeq, ProblemProjection, "status column %s, replay gives %s", row.Status, proj.Status)
 	case row.LastHash != prevHash:

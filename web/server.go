@@ -119,6 +119,10 @@ func NewServer(s *models.Store, cfg Config) (http.Handler, error) {
 // newEcho builds the Echo instance; tests use it to add routes of their own.
 func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
 	log := cfg.Logger
+	// The write path queues decided escalations for review with the
+	// server's policy (models.Store.Reviews), and the maintenance pass
+	// catches up with it.
+	s.Reviews = cfg.Reviews
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true

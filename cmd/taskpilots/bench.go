@@ -275,11 +275,13 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		lc = &inprocBench{s: s, wait: time.Duration(o.wait) * time.Second, useKeys: o.idemKeys}
 		feed = inprocFeed(s)
 	case "http":
-		ctrlTok, _, err := s.CreateToken(ctx, benchController, models.RoleController)
+		// Token names are unique, and a database may see many runs: each
+		// run's tokens carry its queue's name.
+		ctrlTok, _, err := s.CreateToken(ctx, queue+"-controller", models.RoleController)
 		if err != nil {
 			return err
 		}
-		workTok, _, err := s.CreateToken(ctx, benchWorker, models.RoleWorker)
+		workTok, _, err := s.CreateToken(ctx, queue+"-worker", models.RoleWorker)
 		if err != nil {
 			return err
 		}

@@ -270,8 +270,8 @@ func (a *drillAPI) metrics(ctx context.Context, queue string) (drillMetrics, err
 	}
 	q := body.Queues[queue]
 	return drillMetrics{Source: "api (24h window, queue " + queue + ")", From: body.From, To: body.To,
-		HandoffSuccess: q.HandoffSuccess, Rework: q.Rework, Recovery: q.Recovery,
-		StateConflicts: body.Overall.StateConflicts}, nil
+		HandoffSuccess: q.HandoffSuccess, Rework: q.Rework, InfraRetries: q.InfraRetries, Recovery: q.Recovery,
+		StateConflicts: q.StateConflicts}, nil
 }
 
 func snippetOf(b []byte) string {

@@ -48,7 +48,7 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 20),
 		"PostgreSQL connection pool size of this process (env TASKPILOTS_DB_MAX_CONNS)")
 	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),
-		"seed demo sessions when the database has none (env TASKPILOTS_DEMO)")
+		"seed demo sessions and demo users into a new embedded SQLite database; never on PostgreSQL (env TASKPILOTS_DEMO)")
 	fs.StringVar(&o.web.Addr, "addr", d.String("TASKPILOTS_ADDR", web.DefaultAddr),
 		"listen address host:port; use :8080 to listen on every interface (env TASKPILOTS_ADDR)")
 	fs.Int64Var(&o.web.BodyLimit, "body-limit", d.Int64("TASKPILOTS_BODY_LIMIT", web.DefaultBodyLimit),
@@ -78,7 +78,8 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"how long a reviewer's claim on an item lasts (env TASKPILOTS_REVIEW_CLAIM_TTL)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
-			"seeds demo data into an empty database, then serves the console and the API.\n"+
+			"seeds demo users and sessions into a new embedded SQLite database (never PostgreSQL),\n"+
+			"printing every generated password once, then serves the console and the API.\n"+
 			"Log verbosity: TASKPILOTS_LOG_LEVEL=debug|info|warn|error.\n\nflags:")
 		fs.PrintDefaults()
 	}
@@ -150,7 +151,8 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 
 // prepareServe brings a database to the point where the server may run on
 // it: schema migrated (never past what this binary knows), a first admin
-// user, and demo sessions when asked for and the database has none.
+// user, and, when asked for, demo users and sessions in a new embedded
+// SQLite database (seedDemo).
 func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bool) error {
 	applied, err := s.MigrateUp(ctx)
 	if err != nil {
@@ -158,6 +160,12 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 	}
 	if len(applied) > 0 {
 		env.log.Info("applied migrations", "versions", applied, "dialect", s.Dialect)
+	}
+	// Counted before the first admin is made: demo users may only join a
+	// database that had no users at all.
+	users, err := s.CountUsers(ctx)
+	if err != nil {
+		return fmt.Errorf("count users: %w", err)
 	}
 	email, password, created, err := s.EnsureAdmin(ctx)
 	if err != nil {
@@ -173,9 +181,29 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 			"  console with it; `taskpilots user create` adds more users.\n%s\n\n",
 			line, email, password, line)
 	}
+	// Earlier releases gave the demo users a published password, on any
+	// database; such accounts are closed whatever --demo says.
+	retired, err := demo.RetireLegacyAccounts(ctx, s, operator(env))
+	if err != nil {
+		return err
+	}
+	if len(retired) > 0 {
+		env.log.Warn("disabled demo users that still had the published demo password of earlier releases; "+
+			"an admin may enable them and reset their passwords in the console", "users", retired)
+	}
 	if !withDemo {
 		return nil
 	}
+	return seedDemo(ctx, env, s, users)
+}
+
+// seedDemo seeds the demo data into a database made for trying the product:
+// embedded SQLite, with no users before this start and no sessions. Never
+// PostgreSQL (production), and never a database with real users: the demo
+// users are console accounts, and however random their passwords, nobody
+// asked for them there. Each demo user's password is printed once, beside
+// the first admin's.
+func seedDemo(ctx context.Context, env *cliEnv, s *models.Store, usersBefore int64) error {
 	some, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("check for existing sessions: %w", err)
@@ -183,12 +211,26 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 	if len(some.Sessions) > 0 {
 		return nil
 	}
-	n, err := demo.Seed(ctx, s)
+	if s.Dialect != models.SQLite || usersBefore > 0 {
+		env.log.Info("no demo data: it is seeded only into a new embedded SQLite database",
+			"dialect", s.Dialect, "users_before", usersBefore)
+		return nil
+	}
+	res, err := demo.Seed(ctx, s)
+	if len(res.Accounts) > 0 {
+		// Printed even when the seed failed later on: the users exist.
+		line := strings.Repeat("=", 66)
+		fmt.Fprintf(env.stderr, "%s\n  Created demo users (this demo database only).\n\n", line)
+		for _, a := range res.Accounts {
+			fmt.Fprintf(env.stderr, "    %-21s %-9s password %s\n", a.Email, a.Role, a.Password)
+		}
+		fmt.Fprintf(env.stderr, "\n  Their passwords are shown only this once, like the admin's.\n%s\n\n", line)
+	}
 	if err != nil {
 		return fmt.Errorf("seed demo data (start with --demo=false to skip it): %w", err)
 	}
-	if n > 0 {
-		env.log.Info("seeded demo sessions into the empty database", "sessions", n)
+	if res.Sessions > 0 {
+		env.log.Info("seeded demo sessions into the empty database", "sessions", res.Sessions)
 	}
 	return nil
 }
