@@ -138,14 +138,13 @@ func NewIdempotencyKey() string {
 
 // request describes one logical call.
 type request struct {
-	method  string
-	path    string
-	query   url.Values
-	body    any
-	out     any
-	noBody  *bool // set to true on 204
-	wait    time.Duration
-	idemKey string
+	method string
+	path   string
+	query  url.Values
+	body   any
+	out    any
+	noBody *bool // set to true on 204
+	wait   time.Duration
 }
 
 // retryableStatus are the answers that mean "the request did not reach the

@@ -179,7 +179,7 @@ func SessionTranscript(s *models.Store, cp *models.Checkpointer) echo.HandlerFun
 		}
 		h := c.Response().Header()
 		h.Set(echo.HeaderContentDisposition, `attachment; filename="transcript-`+id+`.json"`)
-		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSONCharsetUTF8)
+		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 		h.Set("Cache-Control", "no-store")
 		c.Response().WriteHeader(http.StatusOK)
 		return s.WriteTranscript(ctx, c.Response(), id, u.Actor(), proof)

@@ -92,7 +92,7 @@ func TestMissedVersionGuardCommitsNothing(t *testing.T) {
 				return nil, err
 			},
 			Effect: func(tx *models.Tx, next models.State, ev models.Event) (any, error) {
-				tx.Later(func(_ int64, err error) error { return err }, `INSERT INTO delegations (id, session_id, queue, step, status,
+				tx.Later(func(err error) error { return err }, `INSERT INTO delegations (id, session_id, queue, step, status,
 					attempt, max_attempts, lease_seconds, available_at, created_at, updated_at)
 					VALUES ('dlg_guard', ?, 'refunds', 'check', 'queued', 1, 3, 30, ?, ?, ?)`, id, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt)
 				return nil, nil

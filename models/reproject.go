@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -69,9 +68,6 @@ func (s *Store) Reproject(ctx context.Context) (ReprojectReport, error) {
 	s.Logger.Info("re-projected session states", "sessions", r.Sessions, "rewritten", r.Rewritten)
 	return r, nil
 }
-
-// errReplay marks a session whose events do not replay; verify reports it.
-var errReplay = errors.New("events do not replay")
 
 // reprojectSession rewrites one session's state and projection columns from
 // its events, guarded by its last seq. It reports whether anything changed.

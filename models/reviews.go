@@ -814,11 +814,11 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 				EvidenceSufficient: scores[CriterionEvidenceSufficient], RisksExplicit: scores[CriterionRisksExplicit],
 				NextStepActionable: scores[CriterionNextStepActionable], ScoredAt: ev.CreatedAt,
 			}
-			tx.Later(func(_ int64, err error) error {
+			tx.Later(func(err error) error {
 				if isUniqueViolation(err) {
 					return &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
 				}
-				return failWith("score review")(0, err)
+				return failWith("score review")(err)
 			}, `INSERT INTO review_scores (event_id, session_id, at_version, reviewer, goal_clear, state_current,
 				evidence_sufficient, risks_explicit, next_step_actionable, scored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				row.EventID, row.SessionID, row.AtVersion, row.Reviewer, row.GoalClear, row.StateCurrent,

@@ -496,8 +496,11 @@ const insertEventCols = `(id, session_id, seq, type, actor, version_before, vers
 // appendEvent queues the projection write (an insert, or an update
 // conditional on the seq read, beforeSeq) and the event. On PostgreSQL the two are
 // one statement; the event is inserted only when the update matched the
-// expected version. Either way a lost race ends in a ConflictError when the
-// statements are sent.
+// expected seq, and otherwise the statement fails, so the condition is
+// the server's (Tx.Later). On SQLite, where statements run one at a time
+// before anything commits, a missed update is seen by its row count.
+// Either way a lost race ends in a ConflictError when the statements are
+// sent.
 func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev Event) {
 	tx.appended = true
 	// Another writer appended first (the row lock makes this rare); its
@@ -506,12 +509,16 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev
 	if creates {
 		conflict = &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}
 	}
+	onErr := func(err error) error {
+		if isUniqueViolation(err) || isNotNullViolation(err) {
+			return conflict
+		}
+		return fmt.Errorf("session %s: append event %d: %w", ev.SessionID, ev.Seq, err)
+	}
 	check := func(rows int64, err error) error {
 		switch {
-		case err != nil && (isUniqueViolation(err) || isNotNullViolation(err)):
-			return conflict
 		case err != nil:
-			return fmt.Errorf("session %s: append event %d: %w", ev.SessionID, ev.Seq, err)
+			return onErr(err)
 		case rows != 1:
 			return conflict
 		}
@@ -530,15 +537,15 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev
 		if creates {
 			q = insertSessionWithEvent
 		}
-		tx.Later(check, q, append(append(args, evArgs[0]), evArgs[2:]...)...)
+		tx.Later(onErr, q, append(append(args, evArgs[0]), evArgs[2:]...)...)
 		return
 	}
 	q := updateSessionSet
 	if creates {
 		q = insertSession
 	}
-	tx.Later(check, q, args...)
-	tx.Later(check, insertEvent, evArgs...)
+	tx.laterChecked(check, q, args...)
+	tx.laterChecked(check, insertEvent, evArgs...)
 }
 
 // The projection and event statements. On PostgreSQL the two are one

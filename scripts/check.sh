@@ -7,7 +7,11 @@
 #   3. gofmt -l on every Go file that git tracks or would track;
 #   4. go vet ./..., in the root module and in the client module (client/ has
 #      its own go.mod, which ./... does not cross); vet also holds the client
-#      to the standard library of its low go line
+#      to the standard library of its low go line;
+#   5. staticcheck ./... (honnef.co/go/tools, pinned in go.mod as a go tool),
+#      root and client modules. A rare false positive is silenced where it
+#      occurs with a //lint:ignore CHECK reason comment, never by turning a
+#      check off.
 # Under CI=true it also fails on any *_templ.go that `git status` shows as
 # changed or untracked, since the clone must contain the generated code.
 set -euo pipefail
@@ -83,6 +87,13 @@ if grep -qE '^\s*require' client/go.mod; then
 	fail=1
 fi
 (cd client && go vet ./...) || fail=1
+
+step "staticcheck ./... (root module, then the client module)"
+go tool staticcheck ./... || fail=1
+# The client module has no tool line of its own; run the root module's
+# staticcheck binary inside it.
+staticcheck_bin=$(go tool -n staticcheck)
+(cd client && "$staticcheck_bin" ./...) || fail=1
 
 if [ "$fail" != 0 ]; then
 	echo "check: FAILED"

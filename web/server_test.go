@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -334,7 +333,6 @@ func TestConfigDefaults(t *testing.T) {
 
 // urlLogger captures the URL Serve logs when it listens.
 type urlLogger struct {
-	mu  sync.Mutex
 	url chan string
 }
 

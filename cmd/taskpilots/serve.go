@@ -29,6 +29,8 @@ type serveOpts struct {
 	databaseURL string
 	dbMaxConns  int
 	demo        bool
+	// leaseRecheck becomes the store's LeaseRecheck.
+	leaseRecheck time.Duration
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
 	// where web.Config's zero means "the default".
 	reviewDoubleShare float64
@@ -64,6 +66,8 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"period of the maintenance pass that rescues expired leases and fires timers (env TASKPILOTS_MAINTAIN_EVERY)")
 	fs.DurationVar(&o.web.LeaseWaitMax, "lease-wait-max", d.Duration("TASKPILOTS_LEASE_WAIT_MAX", models.MaxWaitSeconds*time.Second),
 		"longest a lease long poll may wait (env TASKPILOTS_LEASE_WAIT_MAX)")
+	fs.DurationVar(&o.leaseRecheck, "lease-recheck", d.Duration("TASKPILOTS_LEASE_RECHECK", models.DefaultLeaseRecheck),
+		"how often a waiting lease long poll looks at its queue when nothing woke it; new work wakes it at once (env TASKPILOTS_LEASE_RECHECK)")
 	fs.DurationVar(&o.web.ShutdownTimeout, "shutdown-timeout", d.Duration("TASKPILOTS_SHUTDOWN_TIMEOUT", web.DefaultShutdownTimeout),
 		"how long a graceful shutdown may take (env TASKPILOTS_SHUTDOWN_TIMEOUT)")
 	fs.IntVar(&o.web.LoginFailuresPerAccount, "login-failures-per-account", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT", 5),
@@ -125,6 +129,7 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 		o.web.Reviews.DoubleShare = -1
 	}
 	for name, dur := range map[string]time.Duration{"maintain-every": o.web.MaintainEvery, "lease-wait-max": o.web.LeaseWaitMax,
+		"lease-recheck":    o.leaseRecheck,
 		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow, "review-claim-ttl": o.web.Reviews.ClaimTTL} {
 		if dur <= 0 {
 			v.Add(name, "must be a positive duration")
@@ -147,6 +152,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer s.Close()
+	s.LeaseRecheck = o.leaseRecheck
 	if err := prepareServe(ctx, env, s, o.demo); err != nil {
 		return err
 	}
