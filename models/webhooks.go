@@ -275,7 +275,7 @@ func (s *Store) CreateWebhook(ctx context.Context, actor string, in WebhookInput
 	}
 	err = s.Transact(ctx, func(tx *gorm.DB) error {
 		var head *int64
-		if err := tx.Raw(`SELECT MAX(feed_pos) FROM events`).Scan(&head).Error; err != nil {
+		if err := tx.Raw(`SELECT max(pos) FROM feed`).Scan(&head).Error; err != nil {
 			return fmt.Errorf("read the feed's end: %w", err)
 		}
 		if head != nil {

@@ -1,0 +1,41 @@
+-- +goose Up
+-- The feed's positions move out of events into a narrow table of their own
+-- (models/feed.go). The sequencer used to give an event its position by
+-- UPDATE-ing the event row: on PostgreSQL that writes a whole new version of
+-- a wide row and a new entry in every index of events. Now it inserts one
+-- narrow row per event here, and events are written once and never again.
+--
+-- pos: the feed position, contiguous from 1, given after commit by the one
+-- sequencer that runs at a time. event_id: unique, so an event can never be
+-- told twice. horizon: the bound of the sequencer's next scan after the
+-- batch this row belongs to (every events.feed_xid below it is numbered), so
+-- that a restarted process resumes its scan there instead of from 0.
+-- No foreign key to events: events are never deleted, and the check would
+-- cost the sequencer a lookup per event.
+CREATE TABLE feed (
+    pos      bigint PRIMARY KEY,
+    event_id text NOT NULL UNIQUE,
+    horizon  bigint NOT NULL DEFAULT 0
+);
+INSERT INTO feed (pos, event_id) SELECT feed_pos, id FROM events WHERE feed_pos IS NOT NULL;
+-- Events left unnumbered by writers that did not set feed_xid (only scripts
+-- insert without it) are scanned from 0 by the first pass.
+UPDATE events SET feed_xid = 0 WHERE feed_pos IS NULL AND feed_xid IS NULL;
+-- Any writer that leaves feed_xid out now gets its transaction's id, so the
+-- sequencer's bounded scan finds its events too.
+ALTER TABLE events ALTER COLUMN feed_xid SET DEFAULT pg_current_xact_id()::text::bigint;
+-- The sequencer's scan of recent events: feed_xid >= horizon, anti-joined
+-- with feed(event_id).
+CREATE INDEX events_feed_xid_idx ON events (feed_xid);
+DROP INDEX events_feed_pending_idx;
+DROP INDEX events_feed_pos_key;
+ALTER TABLE events DROP COLUMN feed_pos;
+
+-- +goose Down
+ALTER TABLE events ADD COLUMN feed_pos bigint NULL;
+UPDATE events e SET feed_pos = f.pos FROM feed f WHERE f.event_id = e.id;
+CREATE UNIQUE INDEX events_feed_pos_key ON events (feed_pos) WHERE feed_pos IS NOT NULL;
+CREATE INDEX events_feed_pending_idx ON events (feed_xid) WHERE feed_pos IS NULL;
+DROP INDEX events_feed_xid_idx;
+ALTER TABLE events ALTER COLUMN feed_xid DROP DEFAULT;
+DROP TABLE feed;
