@@ -111,11 +111,17 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		}
 		t0 := time.Now()
 		for ctx.Err() == nil {
-			// Drained: every event is numbered, enqueued and delivered.
+			// Drained: every event is numbered, the dispatcher's cursor
+			// is at the end of the feed, and no delivery is open.
 			if _, err := s.SequenceFeed(ctx); err != nil {
 				return err
 			}
-			n, _, err := s.EnqueueWebhookDeliveries(ctx, models.MaxFeedLimit)
+			head, err := s.ReadFeed(ctx, models.FeedQuery{After: models.FeedCursorNow, Limit: 1})
+			if err != nil {
+				return err
+			}
+			hi, _ := models.DecodeFeedCursor(head.NextCursor)
+			cs, err := s.WebhookCursors(ctx)
 			if err != nil {
 				return err
 			}
@@ -123,7 +129,7 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 			if err != nil {
 				return err
 			}
-			if n == 0 && len(ws) == 1 && ws[0].Pending == 0 && ws[0].Failed == 0 {
+			if len(cs) == 1 && cs[0].CursorPos >= hi && len(ws) == 1 && ws[0].Pending == 0 && ws[0].Failed == 0 {
 				break
 			}
 			if time.Since(t0) > 5*time.Minute {

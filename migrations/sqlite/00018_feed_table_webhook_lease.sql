@@ -31,7 +31,18 @@ DROP INDEX events_feed_pending_idx;
 DROP INDEX events_feed_pos_key;
 ALTER TABLE events DROP COLUMN feed_pos;
 
+-- A dispatcher sends a webhook's new feed events straight from the feed and
+-- records them afterwards, one row per event in their final state (web/
+-- webhooks.go): it holds the webhook's page of the feed meanwhile with this
+-- lease, so that two processes do not send the same page. A dispatcher that
+-- dies holding it leaves the cursor where it was; the page is sent again
+-- once the lease expires (at least once).
+ALTER TABLE webhooks ADD COLUMN lease_token text NULL;
+ALTER TABLE webhooks ADD COLUMN lease_expires_at text NULL;
+
 -- +goose Down
+ALTER TABLE webhooks DROP COLUMN lease_expires_at;
+ALTER TABLE webhooks DROP COLUMN lease_token;
 ALTER TABLE events ADD COLUMN feed_pos integer NULL;
 UPDATE events SET feed_pos = (SELECT f.pos FROM feed f WHERE f.event_id = events.id);
 CREATE UNIQUE INDEX events_feed_pos_key ON events (feed_pos) WHERE feed_pos IS NOT NULL;
