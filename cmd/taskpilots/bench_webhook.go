@@ -20,16 +20,28 @@ import (
 // benchWebhookReport is the --webhook-rounds summary; its JSON is the
 // --json line.
 type benchWebhookReport struct {
-	Mode                  string    `json:"mode"`
-	Dialect               string    `json:"dialect"`
-	Workers               int       `json:"workers"`
-	Rounds                int       `json:"rounds"`
-	RoundS                float64   `json:"round_s"`
-	WithoutPerSec         []float64 `json:"without_webhook_lifecycles_per_sec"`
-	WithPerSec            []float64 `json:"with_webhook_lifecycles_per_sec"`
-	WithoutMedian         float64   `json:"without_webhook_median"`
-	WithMedian            float64   `json:"with_webhook_median"`
-	Ratio                 float64   `json:"ratio"`
+	Mode          string    `json:"mode"`
+	Dialect       string    `json:"dialect"`
+	Workers       int       `json:"workers"`
+	Rounds        int       `json:"rounds"`
+	RoundS        float64   `json:"round_s"`
+	WithoutPerSec []float64 `json:"without_webhook_lifecycles_per_sec"`
+	WithPerSec    []float64 `json:"with_webhook_lifecycles_per_sec"`
+	WithoutMedian float64   `json:"without_webhook_median"`
+	WithMedian    float64   `json:"with_webhook_median"`
+	Ratio         float64   `json:"ratio"`
+	// PairRatios are with/without of each round pair, run back to back;
+	// their median is steadier than the ratio of medians on a noisy host.
+	PairRatios      []float64 `json:"pair_ratios"`
+	PairRatioMedian float64   `json:"pair_ratio_median"`
+	// CPU milliseconds per lifecycle (this process plus its PostgreSQL
+	// backends) in each round without and with the webhook, when
+	// measurable (PostgreSQL on this machine); CPURatio is the median of
+	// with/without per round pair: what delivery costs per lifecycle,
+	// whatever the neighbours do.
+	WithoutCPUMs          []float64 `json:"without_webhook_cpu_ms_per_lifecycle,omitempty"`
+	WithCPUMs             []float64 `json:"with_webhook_cpu_ms_per_lifecycle,omitempty"`
+	CPURatio              float64   `json:"cpu_ratio,omitempty"`
 	EventsCommitted       int64     `json:"events_committed_with_webhook"`
 	DeliveriesReceived    int64     `json:"deliveries_received"`
 	DeliveryBacklogAtEnds []int64   `json:"delivery_backlog_at_round_ends"`
@@ -66,7 +78,24 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 	wg.Go(func() { d.Run(bg, time.Second) })
 
 	rep := benchWebhookReport{Mode: o.mode, Dialect: string(s.Dialect), Workers: o.workers, Rounds: o.webhookRounds, RoundS: o.duration.Seconds()}
-	round := func() (float64, error) {
+	meter := &cpuMeter{s: s}
+	var cpuRatios []float64
+	// cpuStart and cpuPer measure the CPU per lifecycle from one point to
+	// another: a "without" round, and a "with" round up to the end of its
+	// drain, so that every delivery of the round's events is counted.
+	var (
+		self0 float64
+		cpuOK bool
+	)
+	cpuStart := func() { self0, _, cpuOK = meter.read(ctx) }
+	cpuPer := func(lifecycles int64) float64 {
+		if self1, server, ok := meter.read(ctx); ok && cpuOK && lifecycles > 0 {
+			return round3((self1 - self0 + server) * 1000 / float64(lifecycles))
+		}
+		return 0
+	}
+	// round runs the workers for o.duration.
+	round := func() (perSec float64, lifecycles int64, err error) {
 		runCtx, cancel := context.WithTimeout(ctx, o.duration)
 		defer cancel()
 		samples := make([]*benchSamples, o.workers)
@@ -79,9 +108,9 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		wg.Wait()
 		r := summarise(o, string(s.Dialect), time.Since(start), samples, 0, 0)
 		if r.Lifecycles == 0 {
-			return 0, fmt.Errorf("no lifecycle completed")
+			return 0, 0, fmt.Errorf("no lifecycle completed")
 		}
-		return r.LifecyclesPerSec, nil
+		return r.LifecyclesPerSec, r.Lifecycles, nil
 	}
 	countEvents := func() int64 {
 		var n int64
@@ -89,26 +118,43 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		return n
 	}
 	for i := range o.webhookRounds {
-		without, err := round()
+		cpuStart()
+		without, n, err := round()
 		if err != nil {
 			return err
 		}
+		cpuWithout := cpuPer(n)
 		w, _, err := s.CreateWebhook(ctx, "cli:bench", models.WebhookInput{URL: "http://" + ln.Addr().String() + "/hook", Description: "bench"})
 		if err != nil {
 			return err
 		}
 		before := countEvents()
-		with, err := round()
+		cpuStart()
+		with, nWith, err := round()
 		if err != nil {
 			return err
 		}
 		rep.EventsCommitted += countEvents() - before
+		// The backlog: open deliveries, and the feed events past the
+		// webhook's cursor (it takes every type), which the dispatcher
+		// sends straight from the feed.
+		var backlog int64
 		ws, _ := s.ListWebhooks(ctx)
 		for _, x := range ws {
 			if x.ID == w.ID {
-				rep.DeliveryBacklogAtEnds = append(rep.DeliveryBacklogAtEnds, x.Pending)
+				backlog += x.Pending
 			}
 		}
+		if head, err := s.ReadFeed(ctx, models.FeedQuery{After: models.FeedCursorNow, Limit: 1}); err == nil {
+			hi, _ := models.DecodeFeedCursor(head.NextCursor)
+			cs, _ := s.WebhookCursors(ctx)
+			for _, c := range cs {
+				if c.ID == w.ID && hi > c.CursorPos {
+					backlog += hi - c.CursorPos
+				}
+			}
+		}
+		rep.DeliveryBacklogAtEnds = append(rep.DeliveryBacklogAtEnds, backlog)
 		t0 := time.Now()
 		for ctx.Err() == nil {
 			// Drained: every event is numbered, the dispatcher's cursor
@@ -138,11 +184,18 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 			time.Sleep(100 * time.Millisecond)
 		}
 		rep.DrainS = append(rep.DrainS, round3(time.Since(t0).Seconds()))
+		cpuWith := cpuPer(nWith)
 		if err := s.DeleteWebhook(ctx, "cli:bench", w.ID); err != nil {
 			return err
 		}
 		rep.WithoutPerSec = append(rep.WithoutPerSec, without)
 		rep.WithPerSec = append(rep.WithPerSec, with)
+		rep.PairRatios = append(rep.PairRatios, round3(with/without))
+		if cpuWithout > 0 && cpuWith > 0 {
+			rep.WithoutCPUMs = append(rep.WithoutCPUMs, cpuWithout)
+			rep.WithCPUMs = append(rep.WithCPUMs, cpuWith)
+			cpuRatios = append(cpuRatios, cpuWith/cpuWithout)
+		}
 		fmt.Fprintf(env.stderr, "round %d: without %.1f/s, with one webhook %.1f/s\n", i+1, without, with)
 	}
 	rep.DeliveriesReceived = received.Load()
@@ -150,9 +203,16 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 	if rep.WithoutMedian > 0 {
 		rep.Ratio = round3(rep.WithMedian / rep.WithoutMedian)
 	}
+	rep.PairRatioMedian = median(rep.PairRatios)
+	rep.CPURatio = round3(median(cpuRatios))
 	fmt.Fprintf(env.stdout, "mode %s, %s, %d workers, %d rounds of %s each way\n", rep.Mode, rep.Dialect, rep.Workers, rep.Rounds, o.duration)
 	fmt.Fprintf(env.stdout, "lifecycles/s without a webhook: median %.1f %v\n", rep.WithoutMedian, rep.WithoutPerSec)
 	fmt.Fprintf(env.stdout, "lifecycles/s with one webhook:  median %.1f %v (ratio %.3f)\n", rep.WithMedian, rep.WithPerSec, rep.Ratio)
+	fmt.Fprintf(env.stdout, "ratio of each round pair: %v, median %.3f\n", rep.PairRatios, rep.PairRatioMedian)
+	if len(rep.WithCPUMs) > 0 {
+		fmt.Fprintf(env.stdout, "cpu ms per lifecycle (bench + its postgres backends): without %v, with %v; with/without median %.3f\n",
+			rep.WithoutCPUMs, rep.WithCPUMs, rep.CPURatio)
+	}
 	fmt.Fprintf(env.stdout, "deliveries received %d for %d events; backlog at round ends %v; drained in %v s\n",
 		rep.DeliveriesReceived, rep.EventsCommitted, rep.DeliveryBacklogAtEnds, rep.DrainS)
 	if o.json {

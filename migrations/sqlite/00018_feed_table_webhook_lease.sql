@@ -40,7 +40,16 @@ ALTER TABLE events DROP COLUMN feed_pos;
 ALTER TABLE webhooks ADD COLUMN lease_token text NULL;
 ALTER TABLE webhooks ADD COLUMN lease_expires_at text NULL;
 
+-- Two indexes of sessions that no query reads any more (listing orders by
+-- updated_at since 00009, and the inbox, timers and gauges have their own
+-- partial indexes): a session's every write (an update of updated_at, so
+-- never a HOT update on PostgreSQL) inserted an entry into each of them.
+DROP INDEX sessions_status_priority_created_idx;
+DROP INDEX sessions_created_idx;
+
 -- +goose Down
+CREATE INDEX sessions_created_idx ON sessions (created_at, id);
+CREATE INDEX sessions_status_priority_created_idx ON sessions (status, priority, created_at, id);
 ALTER TABLE webhooks DROP COLUMN lease_expires_at;
 ALTER TABLE webhooks DROP COLUMN lease_token;
 ALTER TABLE events ADD COLUMN feed_pos integer NULL;
