@@ -367,18 +367,33 @@ func (g *signal) fire() {
 }
 
 // feedNumbered is the sequencing statement's core: number the committed
-// events with feed_xid >= $2 that are not in feed yet, from max(pos)+1,
-// ordered by the running maximum of created_at within the session (clock
-// skew between processes cannot reorder a session), then session and seq.
-// LIMIT keeps every session's numbered events a prefix of its pending ones,
-// since that order follows seq within a session.
-var feedNumbered = `pending AS (
+// events that pending finds (those with feed_xid >= the bound and not in
+// feed yet) from max(pos)+1, ordered by the running maximum of created_at
+// within the session (clock skew between processes cannot reorder a
+// session), then session and seq. LIMIT keeps every session's numbered
+// events a prefix of its pending ones, since that order follows seq within
+// a session.
+func feedNumbered(pending string) string {
+	return `pending AS (
 	SELECT e.id, e.session_id, e.seq, max(e.created_at) OVER (PARTITION BY e.session_id ORDER BY e.seq) AS t
-	FROM events e WHERE e.feed_xid >= $2 AND NOT EXISTS (SELECT 1 FROM feed f WHERE f.event_id = e.id)
+	` + pending + `
 ), numbered AS (
 	SELECT id, (SELECT coalesce(max(pos), 0) FROM feed) + row_number() OVER (ORDER BY t, session_id, seq) AS pos
 	FROM pending ORDER BY t, session_id, seq LIMIT ` + strconv.Itoa(feedBatch) + `
 )`
+}
+
+// feedPendingPostgres finds the events to number on PostgreSQL. Its shape
+// keeps the plan a handful of index probes whatever the statistics say
+// (there are none on a table autovacuum has not analyzed yet): the upper
+// bound, the snapshot's xmax, filters nothing (no visible transaction is at
+// or above it) but makes the scan of events a range, estimated small; and
+// the lateral probe of feed's event_id index cannot become a hash anti-join,
+// which would read all of feed on every pass (and, estimated big, pay for a
+// JIT compilation too).
+const feedPendingPostgres = `FROM events e
+	LEFT JOIN LATERAL (SELECT 1 AS x FROM feed f WHERE f.event_id = e.id LIMIT 1) f ON true
+	WHERE e.feed_xid >= $2 AND e.feed_xid < pg_snapshot_xmax(pg_current_snapshot())::text::bigint AND f.x IS NULL`
 
 // sequencePostgres numbers a batch and, when it numbered any, notifies
 // FeedChannel ($1) with the highest position; the notice is delivered at
@@ -387,13 +402,26 @@ var feedNumbered = `pending AS (
 //
 // Why the bound: without it a pass would look at every event to find the
 // few not in feed. The write path stores the writing transaction's id in
-// feed_xid, and a pass scans only feed_xid >= $2, the xmin of the previous
-// pass's snapshot: every transaction below it had ended before that pass,
-// so its events were visible to it and numbered then (unless the batch was
-// full, in which case the bound does not move).
-var sequencePostgres = `WITH ` + feedNumbered + `, next AS (
-	SELECT CASE WHEN (SELECT count(*) FROM numbered) < ` + strconv.Itoa(feedBatch) + `
-		THEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint ELSE $2 END AS h
+// feed_xid, and a pass scans only feed_xid >= $2, the lowest transaction id
+// that was still running at the previous pass's snapshot (or, with none,
+// the snapshot's xmax): every transaction below it had ended before that
+// pass, so its events were visible to it and numbered then (unless the
+// batch was full, in which case the bound does not move).
+//
+// The running transactions are those of the snapshot (pg_snapshot_xip)
+// less those of other databases that pg_stat_activity shows still running
+// after the snapshot was taken: they cannot have written events here, and
+// a long transaction elsewhere in the cluster (a dump, a report) would
+// otherwise hold the bound back and make every pass scan, and anti-join,
+// every event written since it began. One that ended meanwhile is kept:
+// it is not known where it wrote. (Where backend_xid is hidden from this
+// role, nothing is excluded: the bound is then the snapshot's xmin.)
+var sequencePostgres = `WITH ` + feedNumbered(feedPendingPostgres) + `, next AS (
+	SELECT CASE WHEN (SELECT count(*) FROM numbered) < ` + strconv.Itoa(feedBatch) + ` THEN coalesce(
+		(SELECT min(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+		 WHERE x::xid NOT IN (SELECT backend_xid FROM pg_stat_activity
+			WHERE backend_xid IS NOT NULL AND datname IS NOT NULL AND datname <> current_database())),
+		pg_snapshot_xmax(pg_current_snapshot())::text::bigint) ELSE $2 END AS h
 ), ins AS (
 	INSERT INTO feed (pos, event_id, horizon) SELECT pos, id, (SELECT h FROM next) FROM numbered RETURNING pos
 ), agg AS (
@@ -405,7 +433,7 @@ SELECT n, top, (SELECT count(*) FROM (SELECT pg_notify($1, top::text) FROM agg W
 // sequenceSQLite is the same on SQLite, where feed_xid counts writes in
 // commit order: its parameters are the bound and the next bound, the
 // highest feed_xid plus one, read in the same transaction before the batch.
-var sequenceSQLite = `WITH ` + strings.ReplaceAll(feedNumbered, "$2", "?") + `
+var sequenceSQLite = `WITH ` + feedNumbered(`FROM events e WHERE e.feed_xid >= ? AND NOT EXISTS (SELECT 1 FROM feed f WHERE f.event_id = e.id)`) + `
 INSERT INTO feed (pos, event_id, horizon) SELECT pos, id, ? FROM numbered`
 
 // storedHorizon is the bound stored with the last batch, for a process's
