@@ -39,13 +39,21 @@ type benchWebhookReport struct {
 	// measurable (PostgreSQL on this machine); CPURatio is the median of
 	// with/without per round pair: what delivery costs per lifecycle,
 	// whatever the neighbours do.
-	WithoutCPUMs          []float64 `json:"without_webhook_cpu_ms_per_lifecycle,omitempty"`
-	WithCPUMs             []float64 `json:"with_webhook_cpu_ms_per_lifecycle,omitempty"`
-	CPURatio              float64   `json:"cpu_ratio,omitempty"`
-	EventsCommitted       int64     `json:"events_committed_with_webhook"`
-	DeliveriesReceived    int64     `json:"deliveries_received"`
-	DeliveryBacklogAtEnds []int64   `json:"delivery_backlog_at_round_ends"`
-	DrainS                []float64 `json:"drain_s"`
+	WithoutCPUMs []float64 `json:"without_webhook_cpu_ms_per_lifecycle,omitempty"`
+	WithCPUMs    []float64 `json:"with_webhook_cpu_ms_per_lifecycle,omitempty"`
+	CPURatio     float64   `json:"cpu_ratio,omitempty"`
+	// DeliveryCPUShare is, per round, the CPU it took to deliver the
+	// events of the "without" round afterwards, with no writer running,
+	// over the CPU that round's writes took: what delivering a lifecycle's
+	// events costs next to writing them, free of the contention that makes
+	// throughput and CPU per lifecycle on a busy host swing by tens of
+	// percent from round to round.
+	DeliveryCPUShare       []float64 `json:"delivery_cpu_share,omitempty"`
+	DeliveryCPUShareMedian float64   `json:"delivery_cpu_share_median,omitempty"`
+	EventsCommitted        int64     `json:"events_committed_with_webhook"`
+	DeliveriesReceived     int64     `json:"deliveries_received"`
+	DeliveryBacklogAtEnds  []int64   `json:"delivery_backlog_at_round_ends"`
+	DrainS                 []float64 `json:"drain_s"`
 }
 
 // runBenchWebhook measures the write path without and with one active
@@ -118,12 +126,22 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		return n
 	}
 	for i := range o.webhookRounds {
+		head0, err := s.ReadFeed(ctx, models.FeedQuery{After: models.FeedCursorNow, Limit: 1})
+		if err != nil {
+			return err
+		}
+		from, _ := models.DecodeFeedCursor(head0.NextCursor)
 		cpuStart()
 		without, n, err := round()
 		if err != nil {
 			return err
 		}
 		cpuWithout := cpuPer(n)
+		if share, err := deliveryShare(ctx, s, quiet, ln.Addr().String(), from, cpuWithout, n, meter); err != nil {
+			return err
+		} else if share > 0 {
+			rep.DeliveryCPUShare = append(rep.DeliveryCPUShare, share)
+		}
 		w, _, err := s.CreateWebhook(ctx, "cli:bench", models.WebhookInput{URL: "http://" + ln.Addr().String() + "/hook", Description: "bench"})
 		if err != nil {
 			return err
@@ -205,6 +223,7 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 	}
 	rep.PairRatioMedian = median(rep.PairRatios)
 	rep.CPURatio = round3(median(cpuRatios))
+	rep.DeliveryCPUShareMedian = median(rep.DeliveryCPUShare)
 	fmt.Fprintf(env.stdout, "mode %s, %s, %d workers, %d rounds of %s each way\n", rep.Mode, rep.Dialect, rep.Workers, rep.Rounds, o.duration)
 	fmt.Fprintf(env.stdout, "lifecycles/s without a webhook: median %.1f %v\n", rep.WithoutMedian, rep.WithoutPerSec)
 	fmt.Fprintf(env.stdout, "lifecycles/s with one webhook:  median %.1f %v (ratio %.3f)\n", rep.WithMedian, rep.WithPerSec, rep.Ratio)
@@ -212,6 +231,10 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 	if len(rep.WithCPUMs) > 0 {
 		fmt.Fprintf(env.stdout, "cpu ms per lifecycle (bench + its postgres backends): without %v, with %v; with/without median %.3f\n",
 			rep.WithoutCPUMs, rep.WithCPUMs, rep.CPURatio)
+	}
+	if len(rep.DeliveryCPUShare) > 0 {
+		fmt.Fprintf(env.stdout, "delivering a round's events afterwards, alone, over writing them (cpu): %v, median %.3f\n",
+			rep.DeliveryCPUShare, rep.DeliveryCPUShareMedian)
 	}
 	fmt.Fprintf(env.stdout, "deliveries received %d for %d events; backlog at round ends %v; drained in %v s\n",
 		rep.DeliveriesReceived, rep.EventsCommitted, rep.DeliveryBacklogAtEnds, rep.DrainS)
@@ -232,4 +255,68 @@ func median(xs []float64) float64 {
 		return ys[len(ys)/2]
 	}
 	return round3((ys[len(ys)/2-1] + ys[len(ys)/2]) / 2)
+}
+
+// deliveryShare delivers the events after feed position from (the round
+// just written) to a webhook registered for the purpose, with no writer
+// running, and returns the CPU it took over the CPU of writing them
+// (writeMs per lifecycle for lifecycles); 0 when CPU is not measurable.
+func deliveryShare(ctx context.Context, s *models.Store, log *slog.Logger, addr string, from int64, writeMs float64, lifecycles int64, meter *cpuMeter) (float64, error) {
+	if writeMs <= 0 {
+		return 0, nil
+	}
+	if _, err := s.SequenceFeed(ctx); err != nil {
+		return 0, err
+	}
+	self0, _, ok := meter.read(ctx)
+	if !ok {
+		return 0, nil
+	}
+	w, _, err := s.CreateWebhook(ctx, "cli:bench", models.WebhookInput{URL: "http://" + addr + "/hook", Description: "bench: delivery cost"})
+	if err != nil {
+		return 0, err
+	}
+	defer s.DeleteWebhook(context.WithoutCancel(ctx), "cli:bench", w.ID)
+	// The round's events, from its start.
+	if err := s.DB.WithContext(ctx).Exec(`UPDATE webhooks SET cursor_pos = ? WHERE id = ?`, from, w.ID).Error; err != nil {
+		return 0, err
+	}
+	hi, err := s.ReadFeed(ctx, models.FeedQuery{After: models.FeedCursorNow, Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	end, _ := models.DecodeFeedCursor(hi.NextCursor)
+	// Passes until the webhook's cursor is at the end and nothing is open
+	// (the serve-like dispatcher running beside may take pages too: its
+	// CPU is this process's as well).
+	d := &web.Dispatcher{Store: s, Log: log}
+	for ctx.Err() == nil {
+		if _, err := d.Pass(ctx); err != nil {
+			return 0, err
+		}
+		cs, err := s.WebhookCursors(ctx)
+		if err != nil {
+			return 0, err
+		}
+		ws, err := s.ListWebhooks(ctx)
+		if err != nil {
+			return 0, err
+		}
+		done := true
+		for _, c := range cs {
+			done = done && (c.ID != w.ID || c.CursorPos >= end)
+		}
+		for _, x := range ws {
+			done = done && (x.ID != w.ID || x.Pending == 0)
+		}
+		if done {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	self1, server, ok := meter.read(ctx)
+	if !ok {
+		return 0, nil
+	}
+	return round3((self1 - self0 + server) * 1000 / (writeMs * float64(lifecycles))), nil
 }
