@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/taskpilots/handoff/models"
@@ -61,22 +57,17 @@ type benchWebhookReport struct {
 // shared host falls on both alike. Both run as serve runs: the feed's
 // sequencer and the webhook dispatcher are on; "without" has no webhook
 // registered, "with" has one for every event type, whose receiver (on
-// localhost) answers 204. After each "with" round the run waits for the
+// localhost, in a process of its own: bench_receiver.go) answers 204. After each "with" round the run waits for the
 // dispatcher to drain its backlog, reports how long that took, and deletes
-// the webhook.
+// the webhook. After each "without" round it also delivers that round's
+// events, alone, to a webhook registered for the purpose, and compares the
+// CPU that took with the CPU of writing them (deliveryShare).
 func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.Store, lc lifecycler, queue string, quiet *slog.Logger) error {
-	var received atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	rcv, err := startBenchReceiver(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("start the webhook receiver: %w", err)
 	}
-	recv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		received.Add(1)
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go recv.Serve(ln)
-	defer recv.Close()
+	defer rcv.stop()
 
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -137,12 +128,12 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 			return err
 		}
 		cpuWithout := cpuPer(n)
-		if share, err := deliveryShare(ctx, s, quiet, ln.Addr().String(), from, cpuWithout, n, meter); err != nil {
+		if share, err := deliveryShare(ctx, s, quiet, rcv.addr, from, cpuWithout, n, meter); err != nil {
 			return err
 		} else if share > 0 {
 			rep.DeliveryCPUShare = append(rep.DeliveryCPUShare, share)
 		}
-		w, _, err := s.CreateWebhook(ctx, "cli:bench", models.WebhookInput{URL: "http://" + ln.Addr().String() + "/hook", Description: "bench"})
+		w, _, err := s.CreateWebhook(ctx, "cli:bench", models.WebhookInput{URL: "http://" + rcv.addr + "/hook", Description: "bench"})
 		if err != nil {
 			return err
 		}
@@ -216,7 +207,7 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		}
 		fmt.Fprintf(env.stderr, "round %d: without %.1f/s, with one webhook %.1f/s\n", i+1, without, with)
 	}
-	rep.DeliveriesReceived = received.Load()
+	rep.DeliveriesReceived = rcv.count()
 	rep.WithoutMedian, rep.WithMedian = median(rep.WithoutPerSec), median(rep.WithPerSec)
 	if rep.WithoutMedian > 0 {
 		rep.Ratio = round3(rep.WithMedian / rep.WithoutMedian)
