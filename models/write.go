@@ -489,8 +489,10 @@ func (p Session) projectionValues() []any {
 var updateSessionSet = `UPDATE sessions SET ` + strings.Join(projectionColumns, " = ?, ") + ` = ?
 	WHERE id = ? AND last_seq = ?`
 
-// feed_xid is the writing transaction's id on PostgreSQL (NULL on SQLite), for
-// the feed's sequencer (models/feed.go); feed_pos is left NULL for it.
+// feed_xid bounds the feed sequencer's scan for events to number
+// (models/feed.go): the writing transaction's id on PostgreSQL, the highest
+// feed_xid so far plus one on SQLite (one writer at a time: write order is
+// commit order).
 const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at, feed_xid)`
 
 // appendEvent queues the projection write (an insert, or an update
@@ -556,7 +558,7 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev
 var (
 	insertSession = `INSERT INTO sessions (id, created_at, ` + strings.Join(projectionColumns, ", ") + `)
 	VALUES (?, ?` + strings.Repeat(", ?", len(projectionColumns)) + `)`
-	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`
+	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(feed_xid), 0) + 1 FROM events))`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz, pg_current_xact_id()::text::bigint)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
 	updateSessionWithEvent = `WITH w AS (` + updateSessionSet + ` RETURNING id) ` + withEvent
