@@ -52,7 +52,11 @@ type User struct {
 	Role         Role
 	PasswordHash string
 	Disabled     bool
-	CreatedAt    UTCTime
+	// MustChangePassword is set when someone else saw the password (the
+	// generated first admin's, an admin's reset): every console page sends
+	// the user to change it until they do.
+	MustChangePassword bool
+	CreatedAt          UTCTime
 	UpdatedAt    UTCTime
 }
 
@@ -61,9 +65,6 @@ func (User) TableName() string { return "users" }
 
 // Actor is how the user appears in events.
 func (u User) Actor() string { return "user:" + u.ID }
-
-// MinPasswordLen is the shortest password accepted.
-const MinPasswordLen = 10
 
 // CreateUserInput creates a console user.
 type CreateUserInput struct {
@@ -86,10 +87,8 @@ func (in CreateUserInput) Validate() error {
 	if !roleIn(in.Role, UserRoles) {
 		v.Add("role", "must be one of agent, reviewer, admin")
 	}
-	if len(in.Password) < MinPasswordLen {
-		v.Add("password", "must be at least %d characters", MinPasswordLen)
-	} else if len(in.Password) > 72 {
-		v.Add("password", "must be at most 72 bytes")
+	if !HasNUL(in.Password) { // CheckNUL said it already
+		checkPassword(v, "password", in.Password, in.Email, in.Name)
 	}
 	return v.Err()
 }
@@ -303,13 +302,20 @@ func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken,
 
 // EnsureAdmin creates an admin user when there are no users at all, and
 // returns its email and password (shown once); ok is false when users exist.
+// The admin must change the password at the first sign-in.
 func (s *Store) EnsureAdmin(ctx context.Context) (email, password string, ok bool, err error) {
 	n, err := s.CountUsers(ctx)
 	if err != nil || n > 0 {
 		return "", "", false, err
 	}
 	password = RandomSecret(15)
-	_, err = s.CreateUser(ctx, CreateUserInput{Email: "admin@localhost.localdomain", Name: "Admin", Role: RoleAdmin, Password: password})
+	u, err := s.newUser(CreateUserInput{Email: "admin@localhost.localdomain", Name: "Admin", Role: RoleAdmin, Password: password})
+	if err == nil {
+		// The password went through a terminal, maybe a log collector:
+		// the admin replaces it at the first sign-in.
+		u.MustChangePassword = true
+		err = insertUser(s.DB.WithContext(ctx), u)
+	}
 	if err != nil {
 		var ve *ValidationError
 		if errors.As(err, &ve) {
