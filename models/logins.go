@@ -189,7 +189,7 @@ func (s *Store) ResumeLogin(ctx context.Context, secret string, p LoginPolicy) (
 		// Conditional, so that concurrent requests (and replicas) write once.
 		seen := NewUTCTime(now)
 		err := s.DB.WithContext(ctx).Model(&LoginSession{}).
-			Where("id = ? AND last_seen_at < "+s.timeParam(), l.ID, NewUTCTime(now.Add(-LoginTouchEvery))).
+			Where("id = ? AND last_seen_at <= "+s.timeParam(), l.ID, NewUTCTime(now.Add(-LoginTouchEvery))).
 			Update("last_seen_at", seen).Error
 		if err != nil {
 			return LoginSession{}, User{}, fmt.Errorf("resume login: touch: %w", err)
@@ -453,7 +453,7 @@ func (s *Store) RecordLoginFailure(ctx context.Context, p ThrottlePolicy, email,
 			// A key quiet for a window since its wait ended starts over.
 			q := `INSERT INTO login_throttle (key, failures, last_failure_at, blocked_until) VALUES (?, 1, ?, ?)
 				ON CONFLICT (key) DO UPDATE SET
-					failures = CASE WHEN login_throttle.blocked_until < ` + s.timeParam() + ` THEN 1 ELSE login_throttle.failures + 1 END,
+					failures = CASE WHEN login_throttle.blocked_until <= ` + s.timeParam() + ` THEN 1 ELSE login_throttle.failures + 1 END,
 					last_failure_at = excluded.last_failure_at
 				RETURNING failures`
 			if err := tx.Raw(q, k.key, NewUTCTime(now), NewUTCTime(now), NewUTCTime(now.Add(-p.Window))).Scan(&n).Error; err != nil {
