@@ -13,25 +13,76 @@ import (
 
 func init() {
 	commands["user"] = command{
-		summary: "create console users (user create --email E --name N --role agent|reviewer|admin)",
+		summary: "create console users, reset their passwords (user create|reset-password)",
 		run:     runUser,
 	}
 }
 
 const userUsage = `usage: taskpilots user create --email EMAIL --name NAME --role agent|reviewer|admin [--password-stdin]
+       taskpilots user reset-password --email EMAIL [--password-stdin] [--must-change=false]
 
 Without --password-stdin a password is generated and printed once, alone on
-standard output; with it, the first line of standard input is the password.`
+standard output; with it, the first line of standard input is the password.
+Passwords follow the password policy (12+ characters, hard to guess). A reset
+signs the user out everywhere, and by default they must choose their own
+password at the next sign-in.`
 
 func runUser(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 && args[0] == "create" {
 		return runUserCreate(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == "reset-password" {
+		return runUserReset(ctx, env, args[1:])
+	}
 	fmt.Fprintln(env.stderr, userUsage)
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		return nil
 	}
-	return usageErr("want the action create")
+	return usageErr("want the action create or reset-password")
+}
+
+// runUserReset gives a user a new password (the way back in for a locked-out
+// admin); models.SetUserPassword checks the policy and revokes the user's
+// logins.
+func runUserReset(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlagSet(env, "user reset-password")
+	dbURL := databaseFlag(env, fs)
+	email := fs.String("email", "", "the user's email address")
+	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
+	mustChange := fs.Bool("must-change", true, "make the user choose their own password at the next sign-in")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, userUsage+"\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	password := models.RandomSecret(15)
+	if *fromStdin {
+		pw, err := readPasswordLine(env.stdin)
+		if err != nil {
+			return err
+		}
+		password = pw
+	}
+	s, err := openStore(ctx, env, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.CheckSchema(ctx); err != nil {
+		return schemaError(err)
+	}
+	u, err := s.SetUserPassword(ctx, *email, password, *mustChange)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stderr, "reset the password of %s <%s>; every browser logged in as them was signed out\n", u.Name, u.Email)
+	if !*fromStdin {
+		fmt.Fprintln(env.stderr, "the generated password follows on standard output; it is shown only this once")
+		fmt.Fprintln(env.stdout, password)
+	}
+	return nil
 }
 
 func runUserCreate(ctx context.Context, env *cliEnv, args []string) error {

@@ -69,3 +69,56 @@ func TestUserCreateValidation(t *testing.T) {
 		t.Fatalf("empty stdin: %d %q", r.code, r.stderr)
 	}
 }
+
+// TestUserResetPassword: the CLI's reset checks the password policy, signs
+// the user out everywhere and, by default, makes them choose their own.
+func TestUserResetPassword(t *testing.T) {
+	eachURL(t, func(t *testing.T, dbURL string) {
+		ctx := context.Background()
+		migratedURL(t, dbURL)
+		vars := map[string]string{"TASKPILOTS_DATABASE_URL": dbURL}
+		s := openTestStore(t, dbURL)
+		u, err := s.CreateUser(ctx, models.CreateUserInput{Email: "dana@example.com", Name: "Dana", Role: models.RoleAdmin, Password: "correct horse battery"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret, _, err := s.StartLogin(ctx, u.ID, models.LoginMeta{}, models.LoginPolicy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		r := runCLI(t, vars, "password1234\n", "user", "reset-password", "--email", "dana@example.com", "--password-stdin")
+		if r.code != 1 || !strings.Contains(r.stderr, "password: is too easy to guess") {
+			t.Fatalf("weak password: exit %d %q", r.code, r.stderr)
+		}
+		if _, _, err := s.ResumeLogin(ctx, secret, models.LoginPolicy{}); err != nil {
+			t.Fatalf("a refused reset ended the login: %v", err)
+		}
+
+		r = runCLI(t, vars, "", "user", "reset-password", "--email", " Dana@example.com")
+		if r.code != 0 {
+			t.Fatalf("reset exited %d: %s", r.code, r.stderr)
+		}
+		pw := strings.TrimSuffix(r.stdout, "\n")
+		got, err := s.Authenticate(ctx, "dana@example.com", pw)
+		if err != nil || !got.MustChangePassword {
+			t.Fatalf("after reset: %+v %v; want the printed password, to be changed", got, err)
+		}
+		if _, _, err := s.ResumeLogin(ctx, secret, models.LoginPolicy{}); err == nil {
+			t.Fatal("the user's login survived the reset")
+		}
+
+		r = runCLI(t, vars, "violet staple orbit 42\n", "user", "reset-password", "--email", "dana@example.com", "--password-stdin", "--must-change=false")
+		if r.code != 0 || r.stdout != "" {
+			t.Fatalf("reset from stdin: exit %d stdout %q", r.code, r.stdout)
+		}
+		if got, err := s.Authenticate(ctx, "dana@example.com", "violet staple orbit 42"); err != nil || got.MustChangePassword {
+			t.Fatalf("after reset from stdin: %+v %v", got, err)
+		}
+
+		r = runCLI(t, vars, "", "user", "reset-password", "--email", "nobody@example.com")
+		if r.code != 1 || !strings.Contains(r.stderr, "not found") {
+			t.Fatalf("unknown user: exit %d %q", r.code, r.stderr)
+		}
+	})
+}
