@@ -94,8 +94,8 @@ var accessMatrix = map[string]routeCase{
 	"POST /logout":  {want: formAccess(303, 303, 303)},
 
 	// Your account: any signed-in user (an empty form is refused inline).
-	"GET /console/account/password":            {want: pageAccess(200, 200, 200)},
-	"POST /console/account/password":           {want: formAccess(422, 422, 422)},
+	"GET /console/account/password":             {want: pageAccess(200, 200, 200)},
+	"POST /console/account/password":            {want: formAccess(422, 422, 422)},
 	"POST /console/account/sign-out-everywhere": {want: formAccess(303, 303, 303)},
 
 	// The support console.

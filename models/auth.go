@@ -57,7 +57,7 @@ type User struct {
 	// the user to change it until they do.
 	MustChangePassword bool
 	CreatedAt          UTCTime
-	UpdatedAt    UTCTime
+	UpdatedAt          UTCTime
 }
 
 // TableName pins the table name for GORM.
