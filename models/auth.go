@@ -139,15 +139,19 @@ func insertUser(db *gorm.DB, u User) error {
 // ErrBadCredentials is a failed login; it does not say which part was wrong.
 var ErrBadCredentials = fmt.Errorf("%w: wrong email or password", ErrUnauthorized)
 
-// dummyHash keeps a login for an unknown email as slow as for a known one.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("timing-equaliser"), bcrypt.DefaultCost)
+// dummyHash keeps a login for an unknown email as slow as for a known one:
+// made at first use, at the cost real hashes are made with (BcryptCost).
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("timing-equaliser"), BcryptCost)
+	return h
+})
 
 // Authenticate checks an email and password.
 func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
 	if HasNUL(email) {
 		// No account has such an email (CreateUserInput refuses NUL), and
 		// PostgreSQL cannot compare it: a failed login like any other.
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(password))
 		return User{}, ErrBadCredentials
 	}
 	var users []User
@@ -155,7 +159,7 @@ func (s *Store) Authenticate(ctx context.Context, email, password string) (User,
 		return User{}, fmt.Errorf("authenticate: %w", err)
 	}
 	if len(users) == 0 {
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(password))
 		return User{}, ErrBadCredentials
 	}
 	u := users[0]
