@@ -19,7 +19,7 @@ import (
 )
 
 // Cookie names. The login cookie (signed and encrypted by gorilla/sessions)
-// carries only the secret of a server-side login (models.LoginSession);
+// carries only the secret of a server-side login (models.Login);
 // flashes ride in a cookie of their own, so that they never touch it.
 const (
 	LoginCookieName = "taskpilots_login"

@@ -83,7 +83,7 @@ type login struct {
 	session *sessions.Session
 	flashes *sessions.Session
 	// record is the login that holds (nil: anonymous); secret its cookie's.
-	record *models.LoginSession
+	record *models.Login
 	secret string
 }
 

@@ -65,7 +65,7 @@ func TestLoginCookieAloneIsNotALogin(t *testing.T) {
 		if stolen == nil {
 			t.Fatal("no login cookie")
 		}
-		var rows []models.LoginSession
+		var rows []models.Login
 		if err := s.DB.Where("user_id = ?", u.ID).Find(&rows).Error; err != nil || len(rows) != 1 {
 			t.Fatalf("login rows %d, %v; want 1", len(rows), err)
 		}
@@ -82,7 +82,7 @@ func TestLoginCookieAloneIsNotALogin(t *testing.T) {
 		if replay.loggedIn() {
 			t.Fatal("the cookie of a logged-out login still logs in")
 		}
-		var row models.LoginSession
+		var row models.Login
 		if err := s.DB.Where("id = ?", rows[0].ID).Take(&row).Error; err != nil || !row.RevokedAt.Valid {
 			t.Fatalf("after logout the login is %+v (%v), want revoked", row, err)
 		}

@@ -56,8 +56,9 @@ func (p LoginPolicy) WithDefaults() LoginPolicy {
 	return p
 }
 
-// LoginSession is one browser login.
-type LoginSession struct {
+// Login is one browser login, a row of login_sessions ("session" alone is
+// a delegated task run in this code base, so the type is Login).
+type Login struct {
 	// ID is the SHA-256 (hex) of the cookie's secret.
 	ID     string `gorm:"primaryKey"`
 	UserID string
@@ -72,11 +73,11 @@ type LoginSession struct {
 }
 
 // TableName pins the table name for GORM.
-func (LoginSession) TableName() string { return "login_sessions" }
+func (Login) TableName() string { return "login_sessions" }
 
 // CheckCSRF reports whether token is this login's CSRF token, in constant
 // time.
-func (l LoginSession) CheckCSRF(token string) bool {
+func (l Login) CheckCSRF(token string) bool {
 	return token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(l.CSRFSecret)) == 1
 }
 
@@ -116,17 +117,17 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // StartLogin records a new login of userID and returns the cookie's secret
 // (never stored) with the login, whose CSRFSecret is fresh: a token from
 // before the sign-in is not one of this login's.
-func (s *Store) StartLogin(ctx context.Context, userID string, meta LoginMeta, p LoginPolicy) (string, LoginSession, error) {
+func (s *Store) StartLogin(ctx context.Context, userID string, meta LoginMeta, p LoginPolicy) (string, Login, error) {
 	p = p.WithDefaults()
 	secret := loginSecretPrefix + RandomSecret(32)
 	now := s.now()
-	l := LoginSession{
+	l := Login{
 		ID: loginID(secret), UserID: userID, CSRFSecret: RandomSecret(32),
 		UserAgent: clip(meta.UserAgent, 256), Address: clip(meta.Address, 64),
 		CreatedAt: NewUTCTime(now), LastSeenAt: NewUTCTime(now), ExpiresAt: NewUTCTime(now.Add(p.Lifetime)),
 	}
 	if err := s.DB.WithContext(ctx).Create(&l).Error; err != nil {
-		return "", LoginSession{}, fmt.Errorf("start login of %s: %w", userID, err)
+		return "", Login{}, fmt.Errorf("start login of %s: %w", userID, err)
 	}
 	if rand.IntN(32) == 0 {
 		s.purgeLogins(ctx, now, p)
@@ -141,7 +142,7 @@ func (s *Store) purgeLogins(ctx context.Context, now time.Time, p LoginPolicy) {
 	cutoff := NewUTCTime(now.Add(-24 * time.Hour))
 	idle := NewUTCTime(now.Add(-24*time.Hour - p.IdleTimeout))
 	err := s.DB.WithContext(ctx).Where("expires_at < "+s.timeParam()+" OR revoked_at < "+s.timeParam()+
-		" OR last_seen_at < "+s.timeParam(), cutoff, cutoff, idle).Delete(&LoginSession{}).Error
+		" OR last_seen_at < "+s.timeParam(), cutoff, cutoff, idle).Delete(&Login{}).Error
 	if err != nil && s.Logger != nil {
 		s.Logger.Warn("purge ended logins", "err", err)
 	}
@@ -151,48 +152,48 @@ func (s *Store) purgeLogins(ctx context.Context, now time.Time, p LoginPolicy) {
 // when it still holds under p; otherwise an error wrapping ErrLoginEnded
 // that says why. It writes last_seen_at only when that is older than
 // LoginTouchEvery.
-func (s *Store) ResumeLogin(ctx context.Context, secret string, p LoginPolicy) (LoginSession, User, error) {
+func (s *Store) ResumeLogin(ctx context.Context, secret string, p LoginPolicy) (Login, User, error) {
 	p = p.WithDefaults()
 	if !strings.HasPrefix(secret, loginSecretPrefix) {
-		return LoginSession{}, User{}, loginEnded("not a login secret")
+		return Login{}, User{}, loginEnded("not a login secret")
 	}
-	var ls []LoginSession
+	var ls []Login
 	if err := s.DB.WithContext(ctx).Where("id = ?", loginID(secret)).Limit(1).Find(&ls).Error; err != nil {
-		return LoginSession{}, User{}, fmt.Errorf("resume login: %w", err)
+		return Login{}, User{}, fmt.Errorf("resume login: %w", err)
 	}
 	if len(ls) == 0 {
-		return LoginSession{}, User{}, loginEnded("unknown login")
+		return Login{}, User{}, loginEnded("unknown login")
 	}
 	l := ls[0]
 	now := s.now()
 	switch {
 	case l.RevokedAt.Valid:
-		return LoginSession{}, User{}, loginEnded("revoked")
+		return Login{}, User{}, loginEnded("revoked")
 	case !now.Before(l.ExpiresAt.Time) || !now.Before(l.CreatedAt.Add(p.Lifetime)):
 		// The lifetime in force now counts too: shortening it applies to
 		// logins made before.
-		return LoginSession{}, User{}, loginEnded("lifetime over")
+		return Login{}, User{}, loginEnded("lifetime over")
 	case now.Sub(l.LastSeenAt.Time) >= p.IdleTimeout:
-		return LoginSession{}, User{}, loginEnded("idle")
+		return Login{}, User{}, loginEnded("idle")
 	}
 	u, err := s.GetUser(ctx, l.UserID)
 	if err != nil {
 		if ErrorCode(err) == ENOTFOUND {
-			return LoginSession{}, User{}, loginEnded("user removed")
+			return Login{}, User{}, loginEnded("user removed")
 		}
-		return LoginSession{}, User{}, err
+		return Login{}, User{}, err
 	}
 	if u.Disabled {
-		return LoginSession{}, User{}, loginEnded("user disabled")
+		return Login{}, User{}, loginEnded("user disabled")
 	}
 	if now.Sub(l.LastSeenAt.Time) >= LoginTouchEvery {
 		// Conditional, so that concurrent requests (and replicas) write once.
 		seen := NewUTCTime(now)
-		err := s.DB.WithContext(ctx).Model(&LoginSession{}).
+		err := s.DB.WithContext(ctx).Model(&Login{}).
 			Where("id = ? AND last_seen_at <= "+s.timeParam(), l.ID, NewUTCTime(now.Add(-LoginTouchEvery))).
 			Update("last_seen_at", seen).Error
 		if err != nil {
-			return LoginSession{}, User{}, fmt.Errorf("resume login: touch: %w", err)
+			return Login{}, User{}, fmt.Errorf("resume login: touch: %w", err)
 		}
 		l.LastSeenAt = seen
 	}
@@ -203,7 +204,7 @@ func (s *Store) ResumeLogin(ctx context.Context, secret string, p LoginPolicy) (
 // unknown or ended login is not an error: the browser is logged out either
 // way.
 func (s *Store) EndLogin(ctx context.Context, secret string) error {
-	err := s.DB.WithContext(ctx).Model(&LoginSession{}).
+	err := s.DB.WithContext(ctx).Model(&Login{}).
 		Where("id = ? AND revoked_at IS NULL", loginID(secret)).
 		Update("revoked_at", NewUTCTime(s.now())).Error
 	if err != nil {
@@ -221,7 +222,7 @@ func (s *Store) RevokeUserLogins(ctx context.Context, userID string) (int64, err
 // revokeLogins revokes every unrevoked login of userID in db (a transaction
 // when it goes with a change of the user).
 func revokeLogins(db *gorm.DB, userID string, now time.Time) (int64, error) {
-	res := db.Model(&LoginSession{}).Where("user_id = ? AND revoked_at IS NULL", userID).
+	res := db.Model(&Login{}).Where("user_id = ? AND revoked_at IS NULL", userID).
 		Update("revoked_at", NewUTCTime(now))
 	if res.Error != nil {
 		return 0, fmt.Errorf("revoke logins of %s: %w", userID, res.Error)
@@ -231,10 +232,10 @@ func revokeLogins(db *gorm.DB, userID string, now time.Time) (int64, error) {
 
 // ListUserLogins lists the user's logins that still hold under p, newest
 // first.
-func (s *Store) ListUserLogins(ctx context.Context, userID string, p LoginPolicy) ([]LoginSession, error) {
+func (s *Store) ListUserLogins(ctx context.Context, userID string, p LoginPolicy) ([]Login, error) {
 	p = p.WithDefaults()
 	now := s.now()
-	var ls []LoginSession
+	var ls []Login
 	err := s.DB.WithContext(ctx).
 		Where("user_id = ? AND revoked_at IS NULL AND expires_at > "+s.timeParam()+" AND created_at > "+s.timeParam()+
 			" AND last_seen_at > "+s.timeParam(), userID, NewUTCTime(now), NewUTCTime(now.Add(-p.Lifetime)), NewUTCTime(now.Add(-p.IdleTimeout))).

@@ -39,16 +39,16 @@ func (c *loginClock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func loginRow(t *testing.T, s *models.Store, id string) models.LoginSession {
+func loginRow(t *testing.T, s *models.Store, id string) models.Login {
 	t.Helper()
-	var l models.LoginSession
+	var l models.Login
 	if err := s.DB.Where("id = ?", id).Take(&l).Error; err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
-func mustResume(t *testing.T, s *models.Store, secret string, p models.LoginPolicy) models.LoginSession {
+func mustResume(t *testing.T, s *models.Store, secret string, p models.LoginPolicy) models.Login {
 	t.Helper()
 	l, _, err := s.ResumeLogin(context.Background(), secret, p)
 	if err != nil {
@@ -68,10 +68,10 @@ func wantEnded(t *testing.T, s *models.Store, secret string, p models.LoginPolic
 	}
 }
 
-// TestLoginSessionTimeouts: a login holds while used within the idle timeout
+// TestLoginTimeouts: a login holds while used within the idle timeout
 // and younger than its lifetime; last_seen_at is written at most once a
 // minute.
-func TestLoginSessionTimeouts(t *testing.T) {
+func TestLoginTimeouts(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, s *models.Store) {
 		ctx := context.Background()
 		clock := freezeClock(s)
