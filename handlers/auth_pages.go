@@ -203,6 +203,15 @@ func waitMessage(c echo.Context, wait time.Duration) string {
 	return fmt.Sprintf("Too many failed attempts. Try again in %d s.", secs)
 }
 
+// logEmail is a typed email as logs show it: bounded, since the form
+// accepts anything up to the body limit.
+func logEmail(email string) string {
+	if len(email) > 254 {
+		return email[:254] + "…"
+	}
+	return email
+}
+
 // Login serves POST /login: throttle → authenticate → start a login.
 func (a *Auth) Login(c echo.Context) error {
 	in, err := DecodeLoginForm(c)
@@ -219,7 +228,7 @@ func (a *Auth) Login(c echo.Context) error {
 	}
 	if wait > 0 {
 		d.Error = waitMessage(c, wait)
-		a.Log.Warn("login throttled", "ip", ip, "wait", wait)
+		a.Log.Warn("login throttled", "email", logEmail(in.Email), "ip", ip, "wait", wait)
 		return Render(c, http.StatusTooManyRequests, views.LoginPage(d))
 	}
 
@@ -231,7 +240,7 @@ func (a *Auth) Login(c echo.Context) error {
 		if _, err := a.Store.RecordLoginFailure(ctx, a.Throttle, in.Email, ip); err != nil {
 			return err
 		}
-		a.Log.Info("login failed", "ip", ip, "reason", err)
+		a.Log.Info("login failed", "email", logEmail(in.Email), "ip", ip, "reason", err)
 		d.Error = wrongCredentials
 		return Render(c, http.StatusUnauthorized, views.LoginPage(d))
 	}

@@ -130,22 +130,27 @@ func (s *Store) StartLogin(ctx context.Context, userID string, meta LoginMeta, p
 		return "", Login{}, fmt.Errorf("start login of %s: %w", userID, err)
 	}
 	if rand.IntN(32) == 0 {
-		s.purgeLogins(ctx, now, p)
+		if _, err := s.PurgeLogins(ctx, p); err != nil && s.Logger != nil {
+			s.Logger.Warn("purge ended logins", "err", err)
+		}
 	}
 	return secret, l, nil
 }
 
-// purgeLogins deletes logins that ended more than a day ago (kept that long
-// for the user's list and for investigations). Best effort: it runs now and
-// then on a sign-in, and a failure only leaves rows for the next time.
-func (s *Store) purgeLogins(ctx context.Context, now time.Time, p LoginPolicy) {
+// PurgeLogins deletes logins that ended more than a day ago (kept that long
+// for investigations) and returns how many. Sign-ins call it now and then,
+// best effort: a failure only leaves rows for the next time.
+func (s *Store) PurgeLogins(ctx context.Context, p LoginPolicy) (int64, error) {
+	p = p.WithDefaults()
+	now := s.now()
 	cutoff := NewUTCTime(now.Add(-24 * time.Hour))
 	idle := NewUTCTime(now.Add(-24*time.Hour - p.IdleTimeout))
-	err := s.DB.WithContext(ctx).Where("expires_at < "+s.timeParam()+" OR revoked_at < "+s.timeParam()+
-		" OR last_seen_at < "+s.timeParam(), cutoff, cutoff, idle).Delete(&Login{}).Error
-	if err != nil && s.Logger != nil {
-		s.Logger.Warn("purge ended logins", "err", err)
+	res := s.DB.WithContext(ctx).Where("expires_at < "+s.timeParam()+" OR revoked_at < "+s.timeParam()+
+		" OR last_seen_at < "+s.timeParam(), cutoff, cutoff, idle).Delete(&Login{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("purge ended logins: %w", res.Error)
 	}
+	return res.RowsAffected, nil
 }
 
 // ResumeLogin returns the login whose cookie secret this is, with its user,
@@ -475,12 +480,22 @@ func (s *Store) RecordLoginFailure(ctx context.Context, p ThrottlePolicy, email,
 	if rand.IntN(64) == 0 {
 		// Forgotten keys go now and then, so the table stays as small as
 		// the recent failures.
-		cutoff := NewUTCTime(now.Add(-p.Window))
-		if err := s.DB.WithContext(ctx).Where("blocked_until < "+s.timeParam(), cutoff).Delete(&LoginThrottle{}).Error; err != nil && s.Logger != nil {
+		if _, err := s.PurgeLoginThrottle(ctx, p); err != nil && s.Logger != nil {
 			s.Logger.Warn("purge login throttle", "err", err)
 		}
 	}
 	return wait, nil
+}
+
+// PurgeLoginThrottle deletes the keys that are forgotten (quiet for a window
+// since their wait ended) and returns how many.
+func (s *Store) PurgeLoginThrottle(ctx context.Context, p ThrottlePolicy) (int64, error) {
+	p = p.WithDefaults()
+	res := s.DB.WithContext(ctx).Where("blocked_until <= "+s.timeParam(), NewUTCTime(s.now().Add(-p.Window))).Delete(&LoginThrottle{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("purge login throttle: %w", res.Error)
+	}
+	return res.RowsAffected, nil
 }
 
 // ClearLoginFailures forgets the failures of email from address after a

@@ -404,3 +404,44 @@ func TestThrottleAttackerDoesNotLockOutUser(t *testing.T) {
 		}
 	})
 }
+
+// TestLoginPurges: ended logins go a day after they ended, forgotten
+// throttle keys after their quiet window; live ones stay.
+func TestLoginPurges(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		clock := freezeClock(s)
+		u := mustUser(t, s, "ann@example.com", models.RoleAgent)
+		p := models.LoginPolicy{IdleTimeout: time.Hour, Lifetime: 48 * time.Hour}
+		start := func() string {
+			t.Helper()
+			secret, _, err := s.StartLogin(ctx, u.ID, models.LoginMeta{}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return secret
+		}
+		revoked, idle := start(), start()
+		if err := s.EndLogin(ctx, revoked); err != nil {
+			t.Fatal(err)
+		}
+		clock.Add(24*time.Hour + time.Hour + time.Second)
+		live := start()
+		tp := models.ThrottlePolicy{Window: 15 * time.Minute}
+		if _, err := s.RecordLoginFailure(ctx, tp, "ann@example.com", "192.0.2.1"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.PurgeLogins(ctx, p); err != nil || n != 2 {
+			t.Fatalf("purged %d logins, %v; want the revoked and the idle one", n, err)
+		}
+		mustResume(t, s, live, p)
+		wantEnded(t, s, idle, p, "unknown")
+		if n, err := s.PurgeLoginThrottle(ctx, tp); err != nil || n != 0 {
+			t.Fatalf("purged %d fresh throttle keys, %v", n, err)
+		}
+		clock.Add(15 * time.Minute)
+		if n, err := s.PurgeLoginThrottle(ctx, tp); err != nil || n != 2 {
+			t.Fatalf("purged %d throttle keys, %v; want both keys of the failure", n, err)
+		}
+	})
+}
