@@ -412,7 +412,7 @@ func TestLoginPurges(t *testing.T) {
 		ctx := context.Background()
 		clock := freezeClock(s)
 		u := mustUser(t, s, "ann@example.com", models.RoleAgent)
-		p := models.LoginPolicy{IdleTimeout: time.Hour, Lifetime: 48 * time.Hour}
+		p := models.LoginPolicy{IdleTimeout: 8 * time.Hour, Lifetime: 48 * time.Hour}
 		start := func() string {
 			t.Helper()
 			secret, _, err := s.StartLogin(ctx, u.ID, models.LoginMeta{}, p)
@@ -421,12 +421,20 @@ func TestLoginPurges(t *testing.T) {
 			}
 			return secret
 		}
-		revoked, idle := start(), start()
+		// Every login is made before the clock jumps: a sign-in may purge
+		// by itself (now and then), and must find nothing to purge here.
+		idle := start() // ended by the idle timeout at 8h, purged from 32h
+		clock.Add(8 * time.Hour)
+		revoked := start() // ended at 8h by logout, purged from 32h
 		if err := s.EndLogin(ctx, revoked); err != nil {
 			t.Fatal(err)
 		}
-		clock.Add(24*time.Hour + time.Hour + time.Second)
-		live := start()
+		live := start() // used every 7h: still live at 32h
+		for i := 0; i < 3; i++ {
+			clock.Add(7 * time.Hour)
+			mustResume(t, s, live, p)
+		}
+		clock.Add(3*time.Hour + time.Second)
 		tp := models.ThrottlePolicy{Window: 15 * time.Minute}
 		if _, err := s.RecordLoginFailure(ctx, tp, "ann@example.com", "192.0.2.1"); err != nil {
 			t.Fatal(err)
@@ -444,4 +452,24 @@ func TestLoginPurges(t *testing.T) {
 			t.Fatalf("purged %d throttle keys, %v; want both keys of the failure", n, err)
 		}
 	})
+}
+
+// BenchmarkResumeLogin is the per-request cost of a browser login (two
+// primary-key reads; last_seen_at is written at most once a minute).
+func BenchmarkResumeLogin(b *testing.B) {
+	for _, d := range storetest.Dialects {
+		b.Run(string(d), func(b *testing.B) {
+			s := storetest.New(b, d)
+			u := mustUser(b, s, "ann@example.com", models.RoleAgent)
+			secret, _, err := s.StartLogin(context.Background(), u.ID, models.LoginMeta{}, models.LoginPolicy{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, _, err := s.ResumeLogin(context.Background(), secret, models.LoginPolicy{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
