@@ -16,7 +16,7 @@ import (
 var MetricsBuckets = map[string]int{"24h": 12, "7d": 7, "30d": 10}
 
 // MetricsDashboard serves GET /console/admin/metrics?window=24h|7d|30d
-// &queue=NAME: the five product metrics of the window, with a trend line
+// &queue=NAME: the product metrics of the window, with a trend line
 // and a bar per queue each, computed by models.ProductMetrics like the API.
 func MetricsDashboard(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {

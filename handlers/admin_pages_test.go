@@ -293,7 +293,7 @@ func TestMetricsDashboard(t *testing.T) {
 			}
 			doc := getDoc(root, path)
 			metrics := doc.Find(`[data-testid="metric"]`)
-			if got := attrs(metrics, "data-metric"); strings.Join(got, ",") != "handoff_success,rework,recovery,state_conflicts,escalation_clarity,prompt_cache" {
+			if got := attrs(metrics, "data-metric"); strings.Join(got, ",") != "handoff_success,rework,infra_retries,recovery,human_wait,state_conflicts,escalation_clarity,prompt_cache" {
 				t.Fatalf("%s: metrics = %v", path, got)
 			}
 			doc.Find(`[data-testid="line-chart"]`).Each(func(_ int, c *goquery.Selection) {
@@ -324,9 +324,13 @@ func TestMetricsDashboard(t *testing.T) {
 		if clarity.Find(`[data-testid="line-chart"] [data-testid="point"]`).Length() != 1 {
 			t.Errorf("clarity points = %d, want the one bucket with a review", clarity.Find(`[data-testid="point"]`).Length())
 		}
-		// One queue: the charts narrow to it; the conflict rate is system-wide.
+		if doc.Find(`[data-metric="state_conflicts"] [data-testid="bar-chart"] [data-testid="bar"][data-label="refunds"]`).Length() != 1 {
+			t.Error("no per-queue conflict-rate bar for refunds")
+		}
+		// One queue: the charts narrow to it, the conflict rate included
+		// (refunds' writes committed, none rejected).
 		doc = getDoc(root, "/console/admin/metrics?window=7d&queue=refunds")
-		if v := squash(doc.Find(`[data-metric="state_conflicts"] [data-testid="metric-value"]`)); v != "—" {
+		if v := squash(doc.Find(`[data-metric="state_conflicts"] [data-testid="metric-value"]`)); v != "0.0 ‰" {
 			t.Errorf("per-queue conflict headline = %q", v)
 		}
 		if p := root.get("/console/admin/metrics?window=1y"); p.StatusCode != http.StatusUnprocessableEntity {

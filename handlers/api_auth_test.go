@@ -16,7 +16,7 @@ func TestAPIAuthentication(t *testing.T) {
 		e := newAPIEnv(t, s)
 		ctx := context.Background()
 		revoked := e.token("gone", models.RoleAdmin)
-		if _, err := s.RevokeToken(ctx, "gone"); err != nil {
+		if _, err := s.AdminRevokeToken(ctx, models.CLIOperator("test"), "gone"); err != nil {
 			t.Fatal(err)
 		}
 		body := map[string]any{"goal": "g"}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,20 +20,24 @@ import (
 
 // Admin actions recorded in the admin audit log.
 const (
-	AdminUserCreate    = "user.create"
-	AdminUserDisable   = "user.disable"
-	AdminUserEnable    = "user.enable"
-	AdminUserRole      = "user.role"
-	AdminUserPassword  = "user.reset_password"
-	AdminTokenCreate   = "token.create"
-	AdminTokenRevoke   = "token.revoke"
-	AdminVerifyStart   = "verify.start"
-	AdminVerifyFinish  = "verify.finish"
-	AdminAuditExport   = "audit.export"
-	AdminTranscript    = "audit.transcript"
-	AdminRoutePut      = "route.put"
-	AdminRouteDelete   = "route.delete"
-	adminAuditMaxLimit = 200
+	AdminUserCreate   = "user.create"
+	AdminUserDisable  = "user.disable"
+	AdminUserEnable   = "user.enable"
+	AdminUserRole     = "user.role"
+	AdminUserPassword = "user.reset_password"
+	AdminTokenCreate  = "token.create"
+	AdminTokenRevoke  = "token.revoke"
+	// AdminTokenRename is written only by migration 14, which renamed
+	// tokens that shared a name with an older one.
+	AdminTokenRename     = "token.rename"
+	AdminVerifyStart     = "verify.start"
+	AdminVerifyFinish    = "verify.finish"
+	AdminAuditExport     = "audit.export"
+	AdminTranscript      = "audit.transcript"
+	AdminRoutePut        = "route.put"
+	AdminRouteDelete     = "route.delete"
+	AdminCheckpointWrite = "checkpoint.write"
+	adminAuditMaxLimit   = 200
 )
 
 // AdminAudit is one admin action. Before and After are JSON (null when the
@@ -94,10 +99,27 @@ func (s *Store) RecordAdminAction(ctx context.Context, admin User, action, kind,
 	return s.recordAdmin(s.DB.WithContext(ctx), admin.Actor(), action, kind, id, nil, detail)
 }
 
+// CLIOperator is the principal of a user or token change made with the
+// taskpilots command line, passed where the console passes the logged-in
+// admin, so that both go through the same functions and leave the same admin
+// log rows. It has no account: whoever can reach the database URL may run
+// the CLI, so its authority is checked by the database, not here. Its actor
+// is cli:<osUser>, the operating-system account that ran the command.
+func CLIOperator(osUser string) User {
+	if osUser == "" {
+		osUser = "unknown"
+	}
+	return User{Name: osUser, Role: RoleAdmin, operator: "cli:" + osUser}
+}
+
 // requireAdmin re-reads the acting admin inside tx, locked together with
 // every enabled admin, so that an admin who was just disabled or demoted can
-// no longer act, and two admins cannot demote each other at once.
+// no longer act, and two admins cannot demote each other at once. The CLI
+// operator (CLIOperator) has no account to re-read.
 func (s *Store) requireAdmin(tx *gorm.DB, admin User) error {
+	if admin.operator != "" {
+		return nil
+	}
 	q := tx
 	if s.Dialect == Postgres {
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
@@ -135,6 +157,30 @@ func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
 	return us, nil
+}
+
+// FindUser returns the user with this id, or else with this email (any
+// case), for the CLI, which names users as people do.
+func (s *Store) FindUser(ctx context.Context, idOrEmail string) (User, error) {
+	if HasNUL(idOrEmail) {
+		return User{}, &NotFoundError{Kind: "user", ID: idOrEmail}
+	}
+	var us []User
+	err := s.DB.WithContext(ctx).Where("id = ? OR email = ?", idOrEmail, strings.ToLower(strings.TrimSpace(idOrEmail))).
+		Order("id").Limit(1).Find(&us).Error
+	if err != nil {
+		return User{}, fmt.Errorf("find user %s: %w", idOrEmail, err)
+	}
+	if len(us) == 0 {
+		return User{}, &NotFoundError{Kind: "user", ID: idOrEmail}
+	}
+	return us[0], nil
+}
+
+// PasswordMatches reports whether password is u's, for checks that must not
+// log anyone in (a disabled user matches too).
+func PasswordMatches(u User, password string) bool {
+	return bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil
 }
 
 // AdminCreateUser creates a user and audits it, in one transaction. Without
@@ -287,8 +333,8 @@ func (s *Store) AdminCreateToken(ctx context.Context, admin User, name string, r
 		if err := s.requireAdmin(tx, admin); err != nil {
 			return err
 		}
-		if err := tx.Create(&t).Error; err != nil {
-			return fmt.Errorf("create token %s: %w", t.Name, err)
+		if err := insertToken(tx, t); err != nil {
+			return err
 		}
 		return s.recordAdmin(tx, admin.Actor(), AdminTokenCreate, "token", t.ID, nil, t.View())
 	})
@@ -298,26 +344,42 @@ func (s *Store) AdminCreateToken(ctx context.Context, admin User, name string, r
 	return secret, t, nil
 }
 
-// AdminRevokeToken revokes one token by id and audits it, in one
-// transaction. Revoking a revoked token changes nothing and is not an error.
-func (s *Store) AdminRevokeToken(ctx context.Context, admin User, id string) (APIToken, error) {
+// AdminRevokeToken revokes one token by id, or else by its (unique) name,
+// and audits it, in one transaction. Revoking a revoked token changes
+// nothing, records nothing and is not an error.
+func (s *Store) AdminRevokeToken(ctx context.Context, admin User, idOrName string) (APIToken, error) {
 	var out APIToken
 	err := s.Transact(ctx, func(tx *gorm.DB) error {
 		if err := s.requireAdmin(tx, admin); err != nil {
 			return err
 		}
-		q := tx
-		if s.Dialect == Postgres {
-			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		find := func(col string) ([]APIToken, error) {
+			q := tx
+			if s.Dialect == Postgres {
+				q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+			}
+			var ts []APIToken
+			if err := q.Where(col+" = ?", idOrName).Limit(1).Find(&ts).Error; err != nil {
+				return nil, fmt.Errorf("revoke token %s: %w", idOrName, err)
+			}
+			return ts, nil
 		}
-		var ts []APIToken
-		if err := q.Where("id = ?", id).Limit(1).Find(&ts).Error; err != nil {
-			return fmt.Errorf("revoke token %s: %w", id, err)
+		if HasNUL(idOrName) {
+			return &NotFoundError{Kind: "token", ID: idOrName}
+		}
+		// By id first: a name may look like another token's id.
+		ts, err := find("id")
+		if err == nil && len(ts) == 0 {
+			ts, err = find("name")
+		}
+		if err != nil {
+			return err
 		}
 		if len(ts) == 0 {
-			return &NotFoundError{Kind: "token", ID: id}
+			return &NotFoundError{Kind: "token", ID: idOrName}
 		}
 		t := ts[0]
+		id := t.ID
 		out = t
 		if t.RevokedAt.Valid {
 			return nil
@@ -413,11 +475,20 @@ func (r VerifyRun) problems(kinds ...string) []Problem {
 	return out
 }
 
+// CheckpointProblems are the problems where the log no longer holds what a
+// signed checkpoint recorded, or a checkpoint itself was changed.
+func (r VerifyRun) CheckpointProblems() []Problem {
+	return r.problems(ProblemCheckpoint, ProblemMissing, ProblemTruncated, ProblemRewritten)
+}
+
 // Verifier runs Store.Verify in the background for the console, one run at a
 // time per process, and keeps the last run's progress and report.
 type Verifier struct {
 	Store *Store
 	Log   *slog.Logger
+	// PublicKeys are the checkpoint keys trusted by the checkpoint checks
+	// (the server's own key); empty: the keys recorded in the database.
+	PublicKeys []string
 	// Timeout bounds a run; default one hour.
 	Timeout time.Duration
 
@@ -463,7 +534,7 @@ func (v *Verifier) Start(ctx context.Context, admin User) (bool, error) {
 			v.mu.Lock()
 			v.run.Done, v.run.Total = d, t
 			v.mu.Unlock()
-		}})
+		}, Checkpoints: &CheckpointVerifyOpts{PublicKeys: v.PublicKeys}})
 		v.mu.Lock()
 		v.run.Running = false
 		v.run.FinishedAt = v.Store.now()

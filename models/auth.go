@@ -58,13 +58,21 @@ type User struct {
 	MustChangePassword bool
 	CreatedAt          UTCTime
 	UpdatedAt          UTCTime
+	// operator is set only by CLIOperator: the person at the command line,
+	// who has no account (see admin.go).
+	operator string `gorm:"-"`
 }
 
 // TableName pins the table name for GORM.
 func (User) TableName() string { return "users" }
 
-// Actor is how the user appears in events.
-func (u User) Actor() string { return "user:" + u.ID }
+// Actor is how the user appears in events and in the admin log.
+func (u User) Actor() string {
+	if u.operator != "" {
+		return u.operator
+	}
+	return "user:" + u.ID
+}
 
 // CreateUserInput creates a console user.
 type CreateUserInput struct {
@@ -96,7 +104,10 @@ func (in CreateUserInput) Validate() error {
 // BcryptCost is the cost of password hashes; tests lower it.
 var BcryptCost = bcrypt.DefaultCost
 
-// CreateUser creates a user with a bcrypt-hashed password.
+// CreateUser creates a user with a bcrypt-hashed password. It records
+// nothing in the admin log: it is for bootstrapping (the first admin, the
+// demo accounts) and tests. A person's change goes through AdminCreateUser,
+// from the console and the CLI alike.
 func (s *Store) CreateUser(ctx context.Context, in CreateUserInput) (User, error) {
 	u, err := s.newUser(in)
 	if err != nil {
@@ -227,16 +238,34 @@ func hashToken(secret string) string {
 }
 
 // CreateToken creates an API token and returns its secret, which is not
-// stored and cannot be shown again.
+// stored and cannot be shown again. Like CreateUser it records nothing in
+// the admin log (tests, tools that make their own short-lived tokens);
+// people create tokens through AdminCreateToken.
 func (s *Store) CreateToken(ctx context.Context, name string, role Role) (string, APIToken, error) {
 	secret, t, err := s.newToken(name, role)
 	if err != nil {
 		return "", APIToken{}, err
 	}
-	if err := s.DB.WithContext(ctx).Create(&t).Error; err != nil {
-		return "", APIToken{}, fmt.Errorf("create token %s: %w", t.Name, err)
+	if err := insertToken(s.DB.WithContext(ctx), t); err != nil {
+		return "", APIToken{}, err
 	}
 	return secret, t, nil
+}
+
+// TokenNameTaken is the field message for a token name in use. Names are
+// unique among all tokens, revoked ones included (migration 14), because the
+// name is the token's actor in events: a reused name would blur the history.
+const TokenNameTaken = "is already used by another token (revoked ones included): a token's name is its actor in events, so pick another"
+
+// insertToken writes t, reporting a taken name as a field error.
+func insertToken(db *gorm.DB, t APIToken) error {
+	if err := db.Create(&t).Error; err != nil {
+		if isUniqueViolationOn(err, "api_tokens_name_key", "api_tokens.name") {
+			return &ValidationError{Fields: []FieldError{{Field: "name", Message: TokenNameTaken}}}
+		}
+		return fmt.Errorf("create token %s: %w", t.Name, err)
+	}
+	return nil
 }
 
 // newToken validates a token's name and role and builds its row and secret;
@@ -267,22 +296,6 @@ func (s *Store) ListTokens(ctx context.Context) ([]APIToken, error) {
 	return ts, nil
 }
 
-// RevokeToken revokes a token by id or by name (all unrevoked tokens of
-// that name) and returns how many were revoked.
-func (s *Store) RevokeToken(ctx context.Context, idOrName string) (int64, error) {
-	res := s.DB.WithContext(ctx).Model(&APIToken{}).
-		Where("(id = ? OR name = ?) AND revoked_at IS NULL", idOrName, idOrName).
-		Update("revoked_at", NewUTCTime(s.now()))
-	if res.Error != nil {
-		return 0, fmt.Errorf("revoke token %s: %w", idOrName, res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return 0, &NotFoundError{Kind: "token", ID: idOrName}
-	}
-	s.tokens.forget()
-	return res.RowsAffected, nil
-}
-
 // AuthenticateToken returns the unrevoked token whose secret this is.
 func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken, error) {
 	if !strings.HasPrefix(secret, TokenPrefix) {
@@ -291,6 +304,7 @@ func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken,
 	hash := hashToken(secret)
 	now := time.Now()
 	if t, ok := s.tokens.get(hash, now); ok {
+		s.touchToken(ctx, t)
 		return t, nil
 	}
 	var ts []APIToken
@@ -301,7 +315,31 @@ func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken,
 		return APIToken{}, ErrUnauthorized
 	}
 	s.tokens.put(hash, ts[0], now)
+	s.touchToken(ctx, ts[0])
 	return ts[0], nil
+}
+
+// LastUsedGranularity is how stale api_tokens.last_used_at may be: a token
+// in use has it written at most once per this period, so that a busy worker
+// making hundreds of calls a second costs one UPDATE a minute, not one a call.
+const LastUsedGranularity = time.Minute
+
+// touchToken records that t just authenticated, at most once per
+// LastUsedGranularity: each process remembers when it last wrote each token,
+// and the UPDATE's condition keeps replicas from writing within the period
+// of each other. It is bookkeeping: a failure is logged, and the request it
+// belongs to goes on.
+func (s *Store) touchToken(ctx context.Context, t APIToken) {
+	now := NewUTCTime(s.now())
+	if !s.tokens.dueTouch(t.ID, now.Time) {
+		return
+	}
+	err := s.DB.WithContext(ctx).Model(&APIToken{}).
+		Where("id = ? AND (last_used_at IS NULL OR last_used_at <= "+s.timeParam()+")", t.ID, NewUTCTime(now.Add(-LastUsedGranularity))).
+		Update("last_used_at", now).Error
+	if err != nil && s.Logger != nil && ctx.Err() == nil {
+		s.Logger.Warn("record token use", "token", t.Name, "err", err)
+	}
 }
 
 // EnsureAdmin creates an admin user when there are no users at all, and
@@ -336,10 +374,12 @@ func (s *Store) EnsureAdmin(ctx context.Context) (email, password string, ok boo
 // revocation by another process (the CLI, another replica) within this time.
 const TokenCacheTTL = 2 * time.Second
 
-// tokenCache spares the token lookup on every API call of a busy worker.
+// tokenCache spares the token lookup on every API call of a busy worker,
+// and remembers when each token's last_used_at was last written.
 type tokenCache struct {
 	mu      sync.Mutex
 	entries map[string]tokenEntry
+	touched map[string]time.Time // token id → when this process last wrote last_used_at
 }
 
 type tokenEntry struct {
@@ -364,6 +404,21 @@ func (c *tokenCache) put(hash string, t APIToken, now time.Time) {
 		c.entries = make(map[string]tokenEntry)
 	}
 	c.entries[hash] = tokenEntry{tok: t, expires: now.Add(TokenCacheTTL)}
+}
+
+// dueTouch reports whether token id's last_used_at is due to be written at
+// now, and if so marks it written, so that concurrent calls write it once.
+func (c *tokenCache) dueTouch(id string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if last, ok := c.touched[id]; ok && now.Sub(last) < LastUsedGranularity && !now.Before(last) {
+		return false
+	}
+	if c.touched == nil || len(c.touched) > 10000 {
+		c.touched = make(map[string]time.Time)
+	}
+	c.touched[id] = now
+	return true
 }
 
 // forget drops every cached token, after a revocation.

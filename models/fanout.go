@@ -190,7 +190,7 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 		Policy: in.Join.Policy, Quorum: intOr(in.Join.Quorum, 0), TimeoutSeconds: timeout,
 		Children: ids, ConflictKeys: in.Join.ConflictKeys,
 	}
-	var committed []Event
+	var spawned []committed
 	out, err := s.Execute(ctx, Command{
 		SessionID: parentID, Type: EventChildrenSpawned, Actor: actor, ExpectedVersion: in.ExpectedVersion,
 		IdempotencyKey: idemKey, Fingerprint: fp,
@@ -200,9 +200,9 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 			return ChildrenPayload{Join: j}, nil
 		},
 		Effect: func(tx *Tx, parent State, ev Event) (any, error) {
-			committed = committed[:0]
+			spawned = spawned[:0]
 			observe := func(tx *Tx, next State, ev Event) (any, error) {
-				committed = append(committed, ev)
+				spawned = append(spawned, committed{ev: ev, status: next.Status, queue: next.Queue})
 				return nil, nil
 			}
 			res := ChildrenSpawned{Children: make([]SpawnedChild, 0, len(in.Children))}
@@ -242,12 +242,8 @@ func (s *Store) SpawnChildren(ctx context.Context, parentID, actor, idemKey stri
 		return out, err
 	}
 	if s.Observer != nil {
-		for _, ev := range committed {
-			st := StatusOpen
-			if ev.Type == EventDelegationCreated {
-				st = StatusQueued
-			}
-			s.Observer.Committed(ev, st)
+		for _, c := range spawned {
+			s.Observer.Committed(c.ev, c.status, c.queue)
 		}
 	}
 	woken := map[string]bool{}

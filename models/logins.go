@@ -285,26 +285,6 @@ func (s *Store) ChangePassword(ctx context.Context, userID string, in ChangePass
 	return s.setPassword(ctx, u, in.New, false)
 }
 
-// SetUserPassword gives the user of email a new password checked against the
-// policy (the CLI's reset, by someone with the database's keys) and revokes
-// all their logins. mustChange makes them choose another at the next sign-in.
-func (s *Store) SetUserPassword(ctx context.Context, email, password string, mustChange bool) (User, error) {
-	email = strings.ToLower(strings.TrimSpace(email))
-	var us []User
-	if !HasNUL(email) {
-		if err := s.DB.WithContext(ctx).Where("email = ?", email).Limit(1).Find(&us).Error; err != nil {
-			return User{}, fmt.Errorf("set password of %s: %w", email, err)
-		}
-	}
-	if len(us) == 0 {
-		return User{}, &NotFoundError{Kind: "user", ID: email}
-	}
-	if err := CheckPassword("password", password, us[0].Email, us[0].Name); err != nil {
-		return User{}, err
-	}
-	return s.setPassword(ctx, us[0], password, mustChange)
-}
-
 // setPassword writes u's new password hash, unless the hash changed since u
 // was read (a concurrent change wins; this one is a conflict), and revokes
 // every login of u in the same transaction.

@@ -14,6 +14,9 @@ type MaintenanceReport struct {
 	Joined      int
 	Resumed     int
 	SLABreaches int
+	// ReviewItems counts decided escalations added to the review queue
+	// that the write path had not added (decisions of an older binary).
+	ReviewItems int
 }
 
 // Maintain runs one pass of the periodic background work: rescuing expired
@@ -32,6 +35,11 @@ func (s *Store) Maintain(ctx context.Context) (MaintenanceReport, error) {
 	r.Resumed, err = s.ResumeSnoozed(ctx, 200)
 	errs = append(errs, err)
 	r.SLABreaches, err = s.RecordSLABreaches(ctx, 200)
+	errs = append(errs, err)
+	// The write path queues every decision for review; this catches up
+	// decisions an older binary wrote without (it filled the queue on page
+	// load). Cheap: it reads from its watermark.
+	r.ReviewItems, err = s.SyncReviewItems(ctx, s.Reviews)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return r, fmt.Errorf("maintain: %w", err)

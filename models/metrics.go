@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -11,20 +12,20 @@ import (
 )
 
 // Product metrics (DESIGN.md "Metrics"), computed from the event log over a
-// window [From, To) for the whole system and per queue. The console and
-// GET /api/v1/metrics share these definitions; each is spelled out on its
-// type below.
+// window [From, To) for the whole system and per queue. The console, the
+// Prometheus endpoint's descriptions and GET /api/v1/metrics share these
+// definitions; each is spelled out on its type below.
 //
-// How they are computed: one query finds the sessions with a relevant event
-// in the window (events(type, created_at, id)) and streams those sessions'
-// relevant events up to To in (session_id, seq) order; payloads are sent only
-// for the event types whose payload matters and are decoded in Go into one
-// small struct. A per-session fold then walks each history once, so that
+// How they are computed: one query finds the sessions with an event in the
+// window (events(created_at, id)) and streams those sessions' events up to
+// To in (session_id, seq) order (the events' primary key); payloads are sent
+// only for the event types whose payload matters and are decoded in Go into
+// one small struct. A per-session fold then walks each history once, so that
 // things that began before the window (a lease taken yesterday, an
 // interruption or a claim before From) are judged correctly, while only
-// outcomes that happen inside the window are counted. The conflict rate is
-// two aggregates: a count of events on events(created_at, id) and a sum over
-// write_rejections.
+// outcomes that happen inside the window are counted. The conflict rate adds
+// one aggregate over write_rejections (its primary key starts with the
+// bucket). No rollups: every figure is recomputed from the log.
 
 // MetricsOpts selects the window and, optionally, one queue.
 type MetricsOpts struct {
@@ -48,7 +49,7 @@ func (o MetricsOpts) Validate() error {
 	return v.Err()
 }
 
-// ProductMetrics are the five product metrics for a window.
+// ProductMetrics are the product metrics for a window.
 type ProductMetrics struct {
 	From    time.Time            `json:"from"`
 	To      time.Time            `json:"to"`
@@ -62,18 +63,21 @@ type ProductMetrics struct {
 	Stalled StalledStats `json:"stalled"`
 }
 
-// MetricSet is the five metrics for the whole system or one queue.
+// MetricSet is the metrics for the whole system or one queue.
 //
 // Queue attribution: a delegation belongs to its queue; a re-delegation to the
 // queue of the delegation it (re)queues; an interruption, escalation, claim,
 // decision and review to the queue of the delegation the session was working
-// on when it was interrupted or escalated. Events with no delegation to blame
-// (a controller pausing an idle session) count only in Overall.
+// on when it was interrupted or escalated; a committed event or a rejected
+// write to the session's queue at that moment (the queue it was last
+// delegated to). Events with no queue to blame (a controller pausing a
+// session it never delegated) count only in Overall.
 type MetricSet struct {
 	HandoffSuccess    HandoffSuccess  `json:"handoff_success"`
 	Rework            Rework          `json:"rework"`
+	InfraRetries      InfraRetries    `json:"infra_retries"`
 	Recovery          Recovery        `json:"recovery"`
-	StateConflicts    *StateConflicts `json:"state_conflicts,omitempty"`
+	StateConflicts    *StateConflicts `json:"state_conflicts"`
 	EscalationClarity Clarity         `json:"escalation_clarity"`
 	PromptCache       PromptCache     `json:"prompt_cache"`
 }
@@ -109,17 +113,21 @@ type HandoffSuccess struct {
 }
 
 // Rework is the rework rate: the share of sessions with delegated work in the
-// window in which a step was delegated again in the window.
+// window in which a step was delegated again in the window because the work
+// itself had to be redone.
 //
 // Sessions counts the sessions with at least one delegation event in the
 // window (delegation.created, delegation.leased, delegation.lease_expired,
-// result.*, human.resumed, human.handed_back). A re-delegation is a lease
-// expiry that queues the step again, a transient failure that is retried, a
-// human resuming automation or handing the step back, or a delegation.created
-// for a step the session already delegated or that follows a request for
-// input (a needs_input or bad_input result, or a human asking for input).
-// Reworked counts the sessions with at least one re-delegation in the window;
-// Redelegations counts the re-delegations. Rate is null without sessions.
+// result.*, human.resumed, human.handed_back). A re-delegation is a human
+// resuming automation or handing the step back, or a delegation.created for
+// a step the session already delegated (a retry after a failure result, an
+// escalation or a rejection) or that follows a request for input (a
+// needs_input or bad_input result, or a human asking for input). Lease
+// expiries and retried transient failures are infrastructure retries
+// (InfraRetries), not rework: a crashed worker did not make the work wrong.
+// Reworked counts the sessions with at least one re-delegation in the
+// window; Redelegations counts the re-delegations. Rate is null without
+// sessions.
 type Rework struct {
 	Sessions      int64    `json:"sessions"`
 	Reworked      int64    `json:"reworked"`
@@ -127,37 +135,79 @@ type Rework struct {
 	Rate          *float64 `json:"rate"`
 }
 
-// Recovery is the mean recovery time: from an interruption to the next
-// productive transition of the same session.
+// InfraRetries counts the retries the infrastructure caused, apart from
+// rework: lease expiries that queued the step again (a worker crashed, hung
+// or lost its network) and transient failures that were retried. Sessions
+// is Rework.Sessions; Affected counts those with at least one
+// infrastructure retry in the window and Rate is Affected/Sessions (null
+// without sessions). An expiry that exhausts the attempts is not a retry: it
+// escalates (reason retries_exhausted) and counts there.
+type InfraRetries struct {
+	Sessions          int64    `json:"sessions"`
+	Affected          int64    `json:"affected"`
+	Retries           int64    `json:"retries"`
+	LeaseExpiries     int64    `json:"lease_expiries"`
+	TransientFailures int64    `json:"transient_failures"`
+	Rate              *float64 `json:"rate"`
+}
+
+// Recovery is the mean recovery time: from the last sign of life before an
+// interruption to the next productive transition of the same session.
 //
-// Interruptions are delegation.lease_expired, session.paused and every
-// escalation (session.escalated, result.escalated, a failed result that
-// escalates, an exhausted lease expiry, a join that was not met). Productive
-// transitions are delegation.leased, session.resumed and a human decision
-// (human.requested_input, human.resumed, human.handed_back, human.completed,
-// human.rejected). The clock starts at the first interruption and is not
-// restarted by further interruptions before a productive transition (a pause
-// that becomes an escalation is one outage). A cancellation ends the outage
-// without a sample. A recovery counts in the window in which the productive
-// transition happens, even if the interruption was earlier. Seconds are null
-// without recoveries.
+// An interruption and its last sign of life: a lease expiry, from the
+// worker's last heartbeat or, without one, its lease start (not from the
+// expiry's detection, which comes a lease or more later; expiries recorded
+// before last_seen_at existed use the lease start); a pause, from the pause;
+// an escalation (session.escalated, result.escalated, a failed result that
+// escalates, a join that was not met), from the escalation. Productive
+// transitions are a re-lease (delegation.leased) and a resume
+// (session.resumed), which end a machine recovery, and a human decision
+// (human.requested_input, human.resumed, human.handed_back,
+// human.completed, human.rejected), which ends a human wait. The clock
+// starts at the first interruption and is not restarted by further
+// interruptions before a productive transition (a pause that becomes an
+// escalation, or a lease expiry that exhausts the attempts and escalates, is
+// one outage, and one human wait if a human ends it). A cancellation ends
+// the outage without a sample. A recovery counts in the window in which the
+// productive transition happens, even if the interruption was earlier.
+//
+// Machine and Human report the two kinds apart; Recoveries, MeanSeconds
+// and MaxSeconds are over both (kept for existing readers; a mean over
+// seconds of machine recovery and hours of human wait says little).
+// Seconds are null without recoveries.
 type Recovery struct {
+	Recoveries  int64         `json:"recoveries"`
+	MeanSeconds *float64      `json:"mean_seconds"`
+	MaxSeconds  *float64      `json:"max_seconds"`
+	Machine     RecoveryTimes `json:"machine"`
+	Human       RecoveryTimes `json:"human"`
+}
+
+// RecoveryTimes is one kind of recovery: how many, their mean and maximum.
+type RecoveryTimes struct {
 	Recoveries  int64    `json:"recoveries"`
 	MeanSeconds *float64 `json:"mean_seconds"`
 	MaxSeconds  *float64 `json:"max_seconds"`
 }
 
-// StateConflicts is the state conflict rate: rejected stale, fenced and
-// duplicate writes per 1,000 write attempts.
+// StateConflicts is the state conflict rate: rejected stale and fenced
+// writes per 1,000 write attempts.
 //
-// Write attempts are the events committed in the window plus the rejections
-// recorded in it (all reasons). Rejections are counted per minute: a minute
-// belongs to the window when it starts in it. Conflicts are the rejections
-// with reason stale, fenced or duplicate. AppliedConflicts counts results
-// that were applied for a delegation attempt that already had a result or
-// that was not the session's open delegation; the write path makes this
-// impossible, so anything but zero is a bug to investigate. Rejections carry
-// no queue when the Observer reports them, so this block is system-wide only.
+// Write attempts are the events committed in the window plus the writes
+// rejected in it (every reason but replay). A conflict is a rejection with
+// reason stale (the expected_version was not current) or fenced (the lease
+// expired or was superseded). An idempotent replay (a repeat that got the
+// first outcome back) is neither a conflict nor an attempt: it is counted in
+// Replays only, so a replay never changes the rate. Rejections are counted
+// per minute, when they happen (write_rejections): a minute belongs to the
+// window when it starts in it. A rejection belongs to the queue of its
+// session (or, for a lease claim, the queue claimed from); committed events
+// to their session's queue after the event.
+//
+// AppliedConflicts counts results that were applied for a delegation
+// attempt that already had a result or that was not the session's open
+// delegation; the write path makes this impossible, so anything but zero is
+// a bug to investigate.
 type StateConflicts struct {
 	WriteAttempts    int64            `json:"write_attempts"`
 	Committed        int64            `json:"committed"`
@@ -165,6 +215,7 @@ type StateConflicts struct {
 	ByReason         map[string]int64 `json:"by_reason"`
 	Conflicts        int64            `json:"conflicts"`
 	PerThousand      *float64         `json:"per_thousand"`
+	Replays          int64            `json:"replays"`
 	AppliedConflicts int64            `json:"applied_conflicts"`
 }
 
@@ -198,21 +249,29 @@ type CriterionScore struct {
 
 // Rejection reasons recorded in write_rejections.
 const (
-	RejectStale     = "stale"     // expected_version was not current
-	RejectFenced    = "fenced"    // the lease expired or was superseded
-	RejectDuplicate = "duplicate" // an idempotent repeat (or a key reused with another body)
-	RejectInvalid   = "invalid"   // input failed validation
-	RejectIllegal   = "illegal"   // transition not allowed from the current status
-	RejectNotFound  = "not_found" // unknown session or delegation
-	RejectError     = "error"     // anything else (forbidden, internal)
+	RejectStale     = "stale"      // expected_version was not current
+	RejectFenced    = "fenced"     // the lease expired or was superseded
+	RejectReplay    = "replay"     // an idempotent repeat: the first outcome, nothing written
+	RejectKeyReused = "key_reused" // an idempotency key reused with another request
+	RejectInvalid   = "invalid"    // input failed validation
+	RejectIllegal   = "illegal"    // transition not allowed from the current status
+	RejectNotFound  = "not_found"  // unknown session or delegation
+	RejectError     = "error"      // anything else (forbidden, internal)
 )
 
-// ConflictReasons are the rejection reasons the state conflict rate counts.
-var ConflictReasons = []string{RejectStale, RejectFenced, RejectDuplicate}
+// legacyDuplicate is the reason under which rejections were counted before
+// replays and reused keys were told apart (and, wrongly, as conflicts).
+// Nearly all of them were replays, so they are read as replays: neither
+// conflicts nor write attempts.
+const legacyDuplicate = "duplicate"
 
-// RejectionReason maps a rejected command (as models.Observer hears it) to the
-// reason recorded in write_rejections. A conflict on a lease-bound command (a
-// result, a lease, a rescue) is a fence; on any other it is a stale version.
+// ConflictReasons are the rejection reasons the state conflict rate counts.
+var ConflictReasons = []string{RejectStale, RejectFenced}
+
+// RejectionReason maps a rejected command to the reason recorded in
+// write_rejections. A conflict on a lease-bound command (a result, a lease,
+// a rescue) is a fence; on any other it is a stale version. (An idempotent
+// replay is not an error; the write path records it as RejectReplay.)
 func RejectionReason(t EventType, code Code) string {
 	switch code {
 	case ECONFLICT:
@@ -221,7 +280,7 @@ func RejectionReason(t EventType, code Code) string {
 		}
 		return RejectStale
 	case EIDEMPOTENCY:
-		return RejectDuplicate
+		return RejectKeyReused
 	case EINVALID:
 		return RejectInvalid
 	case EILLEGAL:
@@ -230,6 +289,50 @@ func RejectionReason(t EventType, code Code) string {
 		return RejectNotFound
 	}
 	return RejectError
+}
+
+// errReplayed stands for an idempotent replay in rejected: the command
+// succeeded, but as a repeat that wrote nothing.
+var errReplayed = errors.New("idempotent replay")
+
+// rejectionRecordTimeout bounds the counter upsert of one rejection.
+const rejectionRecordTimeout = 5 * time.Second
+
+// rejected counts a refused write (err) of type t on a session of queue,
+// durably, before the refusal is returned to the caller, and then tells the
+// Observer.
+//
+// Why its own transaction: "nothing is written" on a rejection is
+// the write path's promise, and the rejected transaction is exactly what
+// gets rolled back; on PostgreSQL the conflict often surfaces as a failed
+// statement (which aborts the transaction) or only at COMMIT, sent in the
+// same round trip. A savepoint would cost a round trip on every write, even
+// the ones that succeed. So the counter is one upsert (its own autocommit
+// transaction) into the per-minute, per-reason, per-queue row of
+// write_rejections, run after the rollback and before the caller hears of
+// the rejection: once a client has its 409, the count is in the database
+// and survives a crash or restart of the process. (A crash between the
+// rollback and the upsert loses that one count, and its client, having no
+// answer, retries.) The context may be cancelled already; the count is still
+// written. A write the database never judged (unreachable database, the
+// caller gone) is not a write attempt and is not counted.
+func (s *Store) rejected(ctx context.Context, t EventType, err error, queue string) {
+	code := ErrorCode(err)
+	if code == EUNAVAILABLE || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	reason := RejectReplay
+	if !errors.Is(err, errReplayed) {
+		reason = RejectionReason(t, code)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rejectionRecordTimeout)
+	defer cancel()
+	if rerr := s.RecordRejections(ctx, []Rejection{{At: s.now(), Reason: reason, Queue: queue, Count: 1}}); rerr != nil && s.Logger != nil {
+		s.Logger.Warn("count rejected write", "type", t, "reason", reason, "queue", queue, "err", rerr)
+	}
+	if s.Observer != nil {
+		s.Observer.Rejected(t, reason, queue)
+	}
 }
 
 // Rejection is a number of rejected writes at a time, for RecordRejections.
@@ -303,21 +406,14 @@ func (s *Store) RecordRejections(ctx context.Context, rs []Rejection) error {
 	return nil
 }
 
-// Event types the metrics fold reads, and those whose payload it decodes.
-var (
-	metricEventTypes = []EventType{
-		EventSessionPaused, EventSessionResumed, EventSessionEscalated, EventSessionCancelled,
-		EventDelegationCreated, EventDelegationLeased, EventDelegationExpired,
-		EventResultCompleted, EventResultNeedsInput, EventResultRejected, EventResultEscalated, EventResultFailed,
-		EventHumanClaimed, EventHumanRequestedInput, EventHumanResumed, EventHumanHandedBack,
-		EventHumanCompleted, EventHumanRejected, EventChildrenJoined, EventReviewScored,
-	}
-	metricPayloadTypes = []EventType{
-		EventDelegationCreated, EventDelegationExpired, EventHumanResumed, EventHumanHandedBack,
-		EventResultCompleted, EventResultNeedsInput, EventResultRejected, EventResultEscalated, EventResultFailed,
-		EventChildrenJoined, EventReviewScored,
-	}
-)
+// metricPayloadTypes are the event types whose payload the fold decodes; it
+// reads every event of the sessions it folds (each one is a write attempt
+// of the conflict rate) but only these payloads.
+var metricPayloadTypes = []EventType{
+	EventDelegationCreated, EventDelegationExpired, EventHumanResumed, EventHumanHandedBack,
+	EventResultCompleted, EventResultNeedsInput, EventResultRejected, EventResultEscalated, EventResultFailed,
+	EventChildrenJoined, EventReviewScored,
+}
 
 // metricPayload holds the few payload fields the fold needs, from whichever
 // payload type carries them.
@@ -328,6 +424,7 @@ type metricPayload struct {
 	Attempt      int            `json:"attempt"`
 	Retry        bool           `json:"retry"`
 	Exhausted    bool           `json:"exhausted"`
+	LastSeenAt   string         `json:"last_seen_at"`
 	Failure      *Failure       `json:"failure"`
 	Result       string         `json:"result"`
 	Scores       map[string]int `json:"scores"`
@@ -344,13 +441,10 @@ func (s *Store) ProductMetrics(ctx context.Context, o MetricsOpts) (ProductMetri
 	if err := s.foldEvents(ctx, f, from, to); err != nil {
 		return ProductMetrics{}, err
 	}
-	conflicts, err := s.stateConflicts(ctx, from, to)
-	if err != nil {
+	if err := s.foldRejections(ctx, f, from, to); err != nil {
 		return ProductMetrics{}, err
 	}
-	conflicts.AppliedConflicts = f.overall.applied
 	pm := ProductMetrics{From: from.Time, To: to.Time, Overall: f.overall.set(), Queues: map[string]MetricSet{}}
-	pm.Overall.StateConflicts = &conflicts
 	for q, a := range f.queues {
 		if o.Queue == "" || q == o.Queue {
 			pm.Queues[q] = a.set()
@@ -378,10 +472,10 @@ func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime
 FROM events e
 WHERE e.session_id IN (
 	SELECT DISTINCT w.session_id FROM events w
-	WHERE w.type IN ? AND w.created_at >= ? AND w.created_at < ?
+	WHERE w.created_at >= ? AND w.created_at < ?
 )
-AND e.type IN ? AND e.created_at < ?
-ORDER BY e.session_id, e.seq`, metricPayloadTypes, metricEventTypes, from, to, metricEventTypes, to).Rows()
+AND e.created_at < ?
+ORDER BY e.session_id, e.seq`, metricPayloadTypes, from, to, to).Rows()
 	if err != nil {
 		return fmt.Errorf("metrics: load events: %w", err)
 	}
@@ -407,6 +501,11 @@ ORDER BY e.session_id, e.seq`, metricPayloadTypes, metricEventTypes, from, to, m
 			}
 		}
 		f.apply(sf, EventType(typ), at.Time, p)
+		if f.in(at.Time) {
+			// A committed write: the session's queue after the event, as
+			// the Observer and a rejection see it.
+			f.add(sf.queue, func(a *metricAcc) { a.committed++ })
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("metrics: read events: %w", err)
@@ -415,49 +514,66 @@ ORDER BY e.session_id, e.seq`, metricPayloadTypes, metricEventTypes, from, to, m
 	return nil
 }
 
-func (s *Store) stateConflicts(ctx context.Context, from, to UTCTime) (StateConflicts, error) {
-	c := StateConflicts{ByReason: map[string]int64{}}
-	db := s.DB.WithContext(ctx)
-	if err := db.Raw(`SELECT count(*) FROM events WHERE created_at >= ? AND created_at < ?`, from, to).
-		Scan(&c.Committed).Error; err != nil {
-		return c, fmt.Errorf("metrics: count events: %w", err)
-	}
+// foldRejections adds the rejected writes counted in the window, per queue.
+func (s *Store) foldRejections(ctx context.Context, f *metricsFold, from, to UTCTime) error {
 	var rows []struct {
+		Queue  string
 		Reason string
 		N      int64
 	}
-	if err := db.Raw(`SELECT reason, CAST(SUM(count) AS bigint) AS n FROM write_rejections
-WHERE bucket >= ? AND bucket < ? GROUP BY reason`, from, to).Scan(&rows).Error; err != nil {
-		return c, fmt.Errorf("metrics: count rejections: %w", err)
+	if err := s.DB.WithContext(ctx).Raw(`SELECT queue, reason, CAST(SUM(count) AS bigint) AS n FROM write_rejections
+WHERE bucket >= ? AND bucket < ? GROUP BY queue, reason`, from, to).Scan(&rows).Error; err != nil {
+		return fmt.Errorf("metrics: count rejections: %w", err)
 	}
 	for _, r := range rows {
-		c.ByReason[r.Reason] = r.N
-		c.Rejected += r.N
+		if r.Reason == legacyDuplicate {
+			r.Reason = RejectReplay
+		}
+		f.add(r.Queue, func(a *metricAcc) {
+			if a.rejections == nil {
+				a.rejections = map[string]int64{}
+			}
+			a.rejections[r.Reason] += r.N
+		})
 	}
-	for _, r := range ConflictReasons {
-		c.Conflicts += c.ByReason[r]
-	}
-	c.WriteAttempts = c.Committed + c.Rejected
-	if c.WriteAttempts > 0 {
-		c.PerThousand = ratio(1000*c.Conflicts, c.WriteAttempts)
-	}
-	return c, nil
+	return nil
 }
 
 // metricAcc accumulates one MetricSet.
 type metricAcc struct {
-	ended, succeeded                  int64
-	sessions, reworked, redelegations int64
-	recoveries                        int64
-	recoverySum, recoveryMax          time.Duration
-	escalations, reviews              int64
-	byReason                          map[ReasonCode]int64
-	scoreSum, scoreN                  int64
-	criteria                          map[string]*[2]int64 // sum, count
-	decisions                         int64
-	decisionSum                       time.Duration
-	applied                           int64
-	usageResults, inputTokens, cached int64
+	ended, succeeded                   int64
+	sessions, reworked, redelegations  int64
+	infraAffected, expiries, transient int64
+	machine, human                     recoveryAcc
+	escalations, reviews               int64
+	byReason                           map[ReasonCode]int64
+	scoreSum, scoreN                   int64
+	criteria                           map[string]*[2]int64 // sum, count
+	decisions                          int64
+	decisionSum                        time.Duration
+	committed, applied                 int64
+	rejections                         map[string]int64 // by reason
+	usageResults, inputTokens, cached  int64
+}
+
+// recoveryAcc accumulates the recoveries of one kind.
+type recoveryAcc struct {
+	n        int64
+	sum, max time.Duration
+}
+
+func (r *recoveryAcc) add(d time.Duration) {
+	r.n++
+	r.sum += d
+	r.max = max(r.max, d)
+}
+
+func (r recoveryAcc) times() RecoveryTimes {
+	t := RecoveryTimes{Recoveries: r.n, MeanSeconds: seconds(r.sum, r.n)}
+	if r.n > 0 {
+		t.MaxSeconds = seconds(r.max, 1)
+	}
+	return t
 }
 
 func ratio(n, d int64) *float64 {
@@ -477,24 +593,41 @@ func seconds(d time.Duration, n int64) *float64 {
 }
 
 func (a *metricAcc) set() MetricSet {
+	both := recoveryAcc{n: a.machine.n + a.human.n, sum: a.machine.sum + a.human.sum, max: max(a.machine.max, a.human.max)}
+	all := both.times()
 	m := MetricSet{
 		HandoffSuccess: HandoffSuccess{Ended: a.ended, Succeeded: a.succeeded, Rate: ratio(a.succeeded, a.ended)},
 		Rework: Rework{Sessions: a.sessions, Reworked: a.reworked, Redelegations: a.redelegations,
 			Rate: ratio(a.reworked, a.sessions)},
-		Recovery: Recovery{Recoveries: a.recoveries, MeanSeconds: seconds(a.recoverySum, a.recoveries)},
+		InfraRetries: InfraRetries{Sessions: a.sessions, Affected: a.infraAffected, Retries: a.expiries + a.transient,
+			LeaseExpiries: a.expiries, TransientFailures: a.transient, Rate: ratio(a.infraAffected, a.sessions)},
+		Recovery: Recovery{Recoveries: all.Recoveries, MeanSeconds: all.MeanSeconds, MaxSeconds: all.MaxSeconds,
+			Machine: a.machine.times(), Human: a.human.times()},
 		EscalationClarity: Clarity{
 			Escalations: a.escalations, Reviews: a.reviews, Criteria: map[string]CriterionScore{},
 			Decisions: a.decisions, MeanClaimToDecisionSeconds: seconds(a.decisionSum, a.decisions),
 			EscalationsByReason: make(map[ReasonCode]int64, len(AllReasonCodes)),
 		},
 	}
+	c := &StateConflicts{Committed: a.committed, ByReason: map[string]int64{}, AppliedConflicts: a.applied}
+	for r, n := range a.rejections {
+		if r == RejectReplay {
+			c.Replays += n
+			continue
+		}
+		c.ByReason[r] += n
+		c.Rejected += n
+	}
+	for _, r := range ConflictReasons {
+		c.Conflicts += c.ByReason[r]
+	}
+	c.WriteAttempts = c.Committed + c.Rejected
+	c.PerThousand = ratio(1000*c.Conflicts, c.WriteAttempts)
+	m.StateConflicts = c
 	m.PromptCache = PromptCache{Results: a.usageResults, InputTokens: a.inputTokens, CachedInputTokens: a.cached,
 		HitRate: ratio(a.cached, a.inputTokens)}
 	for _, c := range AllReasonCodes {
 		m.EscalationClarity.EscalationsByReason[c] = a.byReason[c]
-	}
-	if a.recoveries > 0 {
-		m.Recovery.MaxSeconds = seconds(a.recoveryMax, 1)
 	}
 	if a.scoreN > 0 {
 		m.EscalationClarity.MeanScore = ratio(a.scoreSum, a.scoreN)
@@ -515,6 +648,9 @@ type metricsFold struct {
 func newMetricsFold(from, to time.Time) *metricsFold {
 	return &metricsFold{from: from, to: to, overall: &metricAcc{}, queues: map[string]*metricAcc{}}
 }
+
+// in reports whether at is in the window.
+func (f *metricsFold) in(at time.Time) bool { return !at.Before(f.from) && at.Before(f.to) }
 
 // add applies fn to the overall accumulator and, if queue is set, to the
 // queue's.
@@ -539,12 +675,14 @@ func (f *metricsFold) queue(q string) *metricAcc {
 type foldDelegation struct {
 	id, queue string
 	leases    int
-	troubled  bool // a lease expired or a failure was retried
+	leasedAt  time.Time // start of the current lease, zero when not leased
+	troubled  bool      // a lease expired or a failure was retried
 }
 
 // sessionFold is what the fold remembers about one session's history.
 type sessionFold struct {
 	id          string
+	queue       string // the queue the session was last delegated to
 	open        *foldDelegation
 	steps       map[string]bool
 	inputLoop   bool // input was requested since the last delegation
@@ -555,17 +693,18 @@ type sessionFold struct {
 	claimedAt   time.Time
 	escQueue    string
 	results     map[string]bool // delegation id + attempt with a result
-	// Delegation activity in the window, for the rework rate.
-	active, reworked           bool
-	activeQueues, reworkQueues map[string]bool
+	// Delegation activity in the window, for the rework rate and the
+	// infrastructure retries.
+	active, reworked, infra                 bool
+	activeQueues, reworkQueues, infraQueues map[string]bool
 }
 
 func (f *metricsFold) newSession(id string) *sessionFold {
 	return &sessionFold{id: id, steps: map[string]bool{}, results: map[string]bool{},
-		activeQueues: map[string]bool{}, reworkQueues: map[string]bool{}}
+		activeQueues: map[string]bool{}, reworkQueues: map[string]bool{}, infraQueues: map[string]bool{}}
 }
 
-// finish adds a session's rework verdict.
+// finish adds a session's rework and infrastructure verdicts.
 func (f *metricsFold) finish(sf *sessionFold) {
 	if sf == nil || !sf.active {
 		return
@@ -574,11 +713,17 @@ func (f *metricsFold) finish(sf *sessionFold) {
 	if sf.reworked {
 		f.overall.reworked++
 	}
+	if sf.infra {
+		f.overall.infraAffected++
+	}
 	for q := range sf.activeQueues {
 		a := f.queue(q)
 		a.sessions++
 		if sf.reworkQueues[q] {
 			a.reworked++
+		}
+		if sf.infraQueues[q] {
+			a.infraAffected++
 		}
 	}
 }
@@ -590,19 +735,41 @@ func (sf *sessionFold) openQueue() string {
 	return sf.open.queue
 }
 
+// Causes of an infrastructure retry.
+const (
+	infraExpiry    = "lease_expired"
+	infraTransient = "transient"
+)
+
 // apply folds one event, at time at, into the session and the accumulators.
 func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metricPayload) {
-	in := !at.Before(f.from) && at.Before(f.to)
-	touch := func(queue string, redo bool) {
-		if !in {
-			return
+	in := f.in(at)
+	touch := func(queue string) {
+		if in {
+			sf.active = true
+			sf.activeQueues[queue] = true
 		}
-		sf.active = true
-		sf.activeQueues[queue] = true
-		if redo {
+	}
+	redo := func(queue string) {
+		touch(queue)
+		if in {
 			sf.reworked = true
 			sf.reworkQueues[queue] = true
 			f.add(queue, func(a *metricAcc) { a.redelegations++ })
+		}
+	}
+	retry := func(queue, cause string) {
+		touch(queue)
+		if in {
+			sf.infra = true
+			sf.infraQueues[queue] = true
+			f.add(queue, func(a *metricAcc) {
+				if cause == infraExpiry {
+					a.expiries++
+				} else {
+					a.transient++
+				}
+			})
 		}
 	}
 	end := func(success bool) {
@@ -618,13 +785,15 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 			}
 		})
 	}
-	interrupt := func(queue string) {
+	// interrupt starts an outage whose last sign of life was at since,
+	// unless one is under way already.
+	interrupt := func(queue string, since time.Time) {
 		if !sf.interrupted {
-			sf.interrupted, sf.outageStart, sf.outageQueue = true, at, queue
+			sf.interrupted, sf.outageStart, sf.outageQueue = true, since, queue
 		}
 	}
 	escalate := func(queue string) {
-		interrupt(queue)
+		interrupt(queue, at)
 		sf.escQueue = queue
 		if in {
 			class := ""
@@ -641,7 +810,7 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 			})
 		}
 	}
-	productive := func() {
+	productive := func(human bool) {
 		if !sf.interrupted {
 			return
 		}
@@ -651,13 +820,15 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 		}
 		d := at.Sub(sf.outageStart)
 		f.add(sf.outageQueue, func(a *metricAcc) {
-			a.recoveries++
-			a.recoverySum += d
-			a.recoveryMax = max(a.recoveryMax, d)
+			if human {
+				a.human.add(d)
+			} else {
+				a.machine.add(d)
+			}
 		})
 	}
 	decision := func() {
-		productive()
+		productive(true)
 		if !sf.claimed {
 			return
 		}
@@ -680,29 +851,43 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 		if sf.open != nil {
 			end(false) // superseded; the write path never leaves one open
 		}
-		redo := t != EventDelegationCreated || sf.steps[p.Step] || sf.inputLoop
+		again := t != EventDelegationCreated || sf.steps[p.Step] || sf.inputLoop
 		sf.open = &foldDelegation{id: p.DelegationID, queue: p.Queue}
+		sf.queue = p.Queue
 		sf.steps[p.Step] = true
 		sf.inputLoop = false
-		touch(p.Queue, redo)
+		if again {
+			redo(p.Queue)
+		} else {
+			touch(p.Queue)
+		}
 	case EventDelegationLeased:
 		if sf.open != nil {
 			sf.open.leases++
-			touch(sf.open.queue, false)
+			sf.open.leasedAt = at
+			touch(sf.open.queue)
 		}
-		productive()
+		productive(false)
 	case EventDelegationExpired:
 		q := sf.openQueue()
+		since := at
 		if sf.open != nil {
 			sf.open.troubled = true
+			if !sf.open.leasedAt.IsZero() {
+				since = sf.open.leasedAt // events from before last_seen_at was recorded
+			}
+			sf.open.leasedAt = time.Time{}
 		}
-		interrupt(q)
+		if seen, err := parseTime(p.LastSeenAt); err == nil && !seen.After(at) {
+			since = seen
+		}
+		interrupt(q, since)
 		if p.Exhausted {
-			touch(q, false)
+			touch(q)
 			escalate(q)
 			end(false)
 		} else {
-			touch(q, true)
+			retry(q, infraExpiry)
 		}
 	case EventResultCompleted, EventResultNeedsInput, EventResultRejected, EventResultEscalated, EventResultFailed:
 		q := sf.openQueue()
@@ -723,11 +908,12 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 		if t == EventResultFailed && p.Retry {
 			if sf.open != nil {
 				sf.open.troubled = true
+				sf.open.leasedAt = time.Time{}
 			}
-			touch(q, true)
+			retry(q, infraTransient)
 			return
 		}
-		touch(q, false)
+		touch(q)
 		success := t == EventResultCompleted && p.Attempt == 1 && sf.open != nil &&
 			sf.open.leases == 1 && !sf.open.troubled
 		end(success)
@@ -740,9 +926,12 @@ func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metric
 			escalate(q)
 		}
 	case EventSessionPaused:
-		interrupt(sf.openQueue())
+		if sf.open != nil {
+			sf.open.leasedAt = time.Time{} // a pause revokes a running lease
+		}
+		interrupt(sf.openQueue(), at)
 	case EventSessionResumed:
-		productive()
+		productive(false)
 	case EventSessionEscalated:
 		escalate(sf.openQueue())
 		end(false)

@@ -120,6 +120,7 @@ func (w *metricsWorld) reject(reason string, n int) {
 }
 
 const (
+	//lint:ignore ST1011 xSec is the unit (one second) that the times below are written in, not a count of seconds
 	xSec = time.Second
 	xMin = time.Minute
 )
@@ -168,8 +169,10 @@ func buildMetricsHistory(w *metricsWorld) {
 	w.at(2*xMin + 10*xSec)
 	w.complete(l1)
 
-	// s2 (refunds): the lease expires (rework), is leased again 20s later
-	// (recovery 20s) and completed on attempt 2: not a success.
+	// s2 (refunds): the lease expires (an infrastructure retry, not
+	// rework) and is leased again at 4m: recovery 60s from the lease start
+	// at 3m (no heartbeat), not 20s from the expiry's detection; completed
+	// on attempt 2: not a success.
 	w.at(3 * xMin)
 	s2 := w.session()
 	w.delegate(s2, "refunds", 30, 3)
@@ -181,9 +184,10 @@ func buildMetricsHistory(w *metricsWorld) {
 	w.at(4*xMin + 5*xSec)
 	w.complete(l2)
 
-	// s3 (billing): a transient failure is retried (rework), attempt 2
-	// escalates; a human claims 60s later and completes 120s after the claim
-	// (decision 120s, recovery 180s). Two reviews score the package.
+	// s3 (billing): a transient failure is retried (an infrastructure
+	// retry), attempt 2 escalates; a human claims 60s later and completes
+	// 120s after the claim (decision 120s, human wait 180s). Two reviews
+	// score the package.
 	w.at(5 * xMin)
 	s3 := w.session()
 	w.delegate(s3, "billing", 30, 3)
@@ -248,7 +252,8 @@ func buildMetricsHistory(w *metricsWorld) {
 
 	// s9 (billing): a controller escalates the queued delegation (ended, not
 	// a success); a human claims 30s later and resumes automation 15s after
-	// that (decision 15s, recovery 45s, rework). The new delegation stays open.
+	// that (decision 15s, human wait 45s, rework). The new delegation stays
+	// open.
 	w.at(14 * xMin)
 	s9 := w.session()
 	w.delegate(s9, "billing", 30, 3)
@@ -277,11 +282,13 @@ func buildMetricsHistory(w *metricsWorld) {
 	w.at(16*xMin + 40*xSec)
 	w.rescue(1)
 
-	// Rejections: 5 in the window, 4 of them conflicts.
+	// Rejections: 4 in the window, 3 of them conflicts, and a replay, which
+	// is neither; and one counted under the old name of replays.
 	w.at(20 * xMin)
 	w.reject(models.RejectStale, 2)
 	w.reject(models.RejectFenced, 1)
-	w.reject(models.RejectDuplicate, 1)
+	w.reject(models.RejectReplay, 1)
+	w.reject("duplicate", 1)
 	w.reject(models.RejectInvalid, 1)
 
 	// s8: entirely after the window; and s11 cancelled after it.
@@ -298,6 +305,20 @@ func wantRate(t *testing.T, name string, got *float64, n, d float64) {
 	if got == nil || *got != n/d {
 		t.Errorf("%s = %v, want %v/%v = %v", name, fmtPtr(got), n, d, n/d)
 	}
+}
+
+func wantRecovery(t *testing.T, name string, got models.RecoveryTimes, n int64, sum, maxSeconds float64) {
+	t.Helper()
+	if got.Recoveries != n {
+		t.Errorf("%s recoveries = %d, want %d", name, got.Recoveries, n)
+	}
+	if n == 0 {
+		wantNull(t, name+" mean", got.MeanSeconds)
+		wantNull(t, name+" max", got.MaxSeconds)
+		return
+	}
+	wantRate(t, name+" mean", got.MeanSeconds, sum, float64(n))
+	wantRate(t, name+" max", got.MaxSeconds, maxSeconds, 1)
 }
 
 func wantNull(t *testing.T, name string, got *float64) {
@@ -348,47 +369,57 @@ func TestProductMetrics(t *testing.T) {
 		wantRate(t, "billing handoff rate", billing.HandoffSuccess.Rate, 2, 4)
 
 		// Rework: sessions with delegation events in the window s1 s2 s3 s4 s5
-		// s6 s7 s9 s10 s11 s12 = 11; reworked s2 (expiry) s3 (retry) s4
-		// (needs_input loop) s9 (human resume) = 4.
-		if r := all.Rework; r.Sessions != 11 || r.Reworked != 4 || r.Redelegations != 4 {
-			t.Errorf("overall rework = %+v, want 4 of 11 sessions, 4 re-delegations", r)
+		// s6 s7 s9 s10 s11 s12 = 11; reworked s4 (needs_input loop) and s9
+		// (human resume) = 2. s2's expiry and s3's transient retry are
+		// infrastructure retries.
+		if r := all.Rework; r.Sessions != 11 || r.Reworked != 2 || r.Redelegations != 2 {
+			t.Errorf("overall rework = %+v, want 2 of 11 sessions, 2 re-delegations", r)
 		}
-		wantRate(t, "overall rework rate", all.Rework.Rate, 4, 11)
-		if r := refunds.Rework; r.Sessions != 7 || r.Reworked != 2 || r.Redelegations != 2 {
-			t.Errorf("refunds rework = %+v, want 2 of 7", r)
+		wantRate(t, "overall rework rate", all.Rework.Rate, 2, 11)
+		if r := refunds.Rework; r.Sessions != 7 || r.Reworked != 1 || r.Redelegations != 1 {
+			t.Errorf("refunds rework = %+v, want 1 of 7", r)
 		}
-		wantRate(t, "refunds rework rate", refunds.Rework.Rate, 2, 7)
-		if r := billing.Rework; r.Sessions != 4 || r.Reworked != 2 || r.Redelegations != 2 {
-			t.Errorf("billing rework = %+v, want 2 of 4", r)
+		wantRate(t, "refunds rework rate", refunds.Rework.Rate, 1, 7)
+		if r := billing.Rework; r.Sessions != 4 || r.Reworked != 1 || r.Redelegations != 1 {
+			t.Errorf("billing rework = %+v, want 1 of 4", r)
 		}
-		wantRate(t, "billing rework rate", billing.Rework.Rate, 2, 4)
+		wantRate(t, "billing rework rate", billing.Rework.Rate, 1, 4)
+		if ir := all.InfraRetries; ir.Sessions != 11 || ir.Affected != 2 || ir.Retries != 2 || ir.LeaseExpiries != 1 || ir.TransientFailures != 1 {
+			t.Errorf("overall infra retries = %+v, want s2 expiry and s3 transient", ir)
+		}
+		wantRate(t, "overall infra rate", all.InfraRetries.Rate, 2, 11)
+		if ir := refunds.InfraRetries; ir.Affected != 1 || ir.LeaseExpiries != 1 || ir.TransientFailures != 0 {
+			t.Errorf("refunds infra retries = %+v, want s2's expiry", ir)
+		}
+		if ir := billing.InfraRetries; ir.Affected != 1 || ir.LeaseExpiries != 0 || ir.TransientFailures != 1 {
+			t.Errorf("billing infra retries = %+v, want s3's transient failure", ir)
+		}
 
-		// Recovery: s12 90s, s2 20s, s3 180s, s5 30s, s6 10s, s9 45s.
+		// Recovery: machine s12 90s, s2 60s, s5 30s, s6 10s; human s3 180s,
+		// s9 45s.
+		wantRecovery(t, "overall", all.Recovery.Machine, 4, 190, 90)
+		wantRecovery(t, "overall", all.Recovery.Human, 2, 225, 180)
 		if r := all.Recovery; r.Recoveries != 6 {
 			t.Errorf("overall recoveries = %d, want 6", r.Recoveries)
 		}
-		wantRate(t, "overall mean recovery", all.Recovery.MeanSeconds, 375, 6)
+		wantRate(t, "overall mean recovery", all.Recovery.MeanSeconds, 415, 6)
 		wantRate(t, "overall max recovery", all.Recovery.MaxSeconds, 180, 1)
-		if r := refunds.Recovery; r.Recoveries != 2 {
-			t.Errorf("refunds recoveries = %d, want 2", r.Recoveries)
-		}
-		wantRate(t, "refunds mean recovery", refunds.Recovery.MeanSeconds, 30, 2)
-		wantRate(t, "refunds max recovery", refunds.Recovery.MaxSeconds, 20, 1)
-		if r := billing.Recovery; r.Recoveries != 4 {
-			t.Errorf("billing recoveries = %d, want 4", r.Recoveries)
-		}
-		wantRate(t, "billing mean recovery", billing.Recovery.MeanSeconds, 345, 4)
+		wantRecovery(t, "refunds", refunds.Recovery.Machine, 2, 70, 60)
+		wantRecovery(t, "refunds", refunds.Recovery.Human, 0, 0, 0)
+		wantRecovery(t, "billing", billing.Recovery.Machine, 2, 120, 90)
+		wantRecovery(t, "billing", billing.Recovery.Human, 2, 225, 180)
 
 		// Conflicts: events in the window s7 1, s12 3, s1 4, s2 6, s3 10, s4 7,
-		// s5 6, s6 7, s9 5, s10 3, s11 4 = 56; rejections 5, conflicts 4.
+		// s5 6, s6 7, s9 5, s10 3, s11 4 = 56; rejections 4 (the replays are
+		// not attempts), conflicts 3.
 		c := all.StateConflicts
 		if c == nil {
 			t.Fatalf("overall has no state conflicts")
 		}
-		if c.Committed != 56 || c.Rejected != 5 || c.WriteAttempts != 61 || c.Conflicts != 4 || c.AppliedConflicts != 0 {
-			t.Errorf("conflicts = %+v, want 56 committed, 5 rejected, 61 attempts, 4 conflicts, 0 applied", *c)
+		if c.Committed != 56 || c.Rejected != 4 || c.Replays != 2 || c.WriteAttempts != 60 || c.Conflicts != 3 || c.AppliedConflicts != 0 {
+			t.Errorf("conflicts = %+v, want 56 committed, 4 rejected, 2 replays, 60 attempts, 3 conflicts, 0 applied", *c)
 		}
-		want := map[string]int64{"stale": 2, "fenced": 1, "duplicate": 1, "invalid": 1}
+		want := map[string]int64{"stale": 2, "fenced": 1, "invalid": 1}
 		if len(c.ByReason) != len(want) {
 			t.Errorf("by reason = %v, want %v", c.ByReason, want)
 		}
@@ -397,9 +428,15 @@ func TestProductMetrics(t *testing.T) {
 				t.Errorf("by reason %s = %d, want %d", k, c.ByReason[k], v)
 			}
 		}
-		wantRate(t, "conflicts per thousand", c.PerThousand, 4000, 61)
-		if refunds.StateConflicts != nil || billing.StateConflicts != nil {
-			t.Errorf("per-queue state conflicts should be omitted")
+		wantRate(t, "conflicts per thousand", c.PerThousand, 3000, 60)
+		// Per queue: the events after each session's first delegation (the
+		// rejections above name no queue). refunds s7 1, s1 3, s2 5, s4 6,
+		// s6 6, s10 2, s11 3 = 26; billing s12 3, s3 9, s5 5, s9 4 = 21.
+		if rc := refunds.StateConflicts; rc == nil || rc.Committed != 26 || rc.WriteAttempts != 26 || rc.Conflicts != 0 || rc.AppliedConflicts != 0 {
+			t.Errorf("refunds conflicts = %+v, want 26 committed, no rejections", rc)
+		}
+		if bc := billing.StateConflicts; bc == nil || bc.Committed != 21 || bc.WriteAttempts != 21 {
+			t.Errorf("billing conflicts = %+v, want 21 committed", bc)
 		}
 
 		// Clarity: escalations s3 s9 (billing) s11 (refunds); decisions s3
@@ -469,7 +506,7 @@ func TestProductMetrics(t *testing.T) {
 		if err := json.Unmarshal(b, &raw); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"handoff_success", "rework", "recovery", "state_conflicts", "escalation_clarity"} {
+		for _, k := range []string{"handoff_success", "rework", "infra_retries", "recovery", "state_conflicts", "escalation_clarity"} {
 			if _, ok := raw[k]; !ok {
 				t.Errorf("overall JSON lacks %q: %s", k, b)
 			}
@@ -543,7 +580,7 @@ func TestRejectionReason(t *testing.T) {
 		{models.EventSessionPaused, models.ECONFLICT, models.RejectStale},
 		{models.EventResultCompleted, models.ECONFLICT, models.RejectFenced},
 		{models.EventDelegationLeased, models.ECONFLICT, models.RejectFenced},
-		{models.EventResultFailed, models.EIDEMPOTENCY, models.RejectDuplicate},
+		{models.EventResultFailed, models.EIDEMPOTENCY, models.RejectKeyReused},
 		{models.EventHumanClaimed, models.EILLEGAL, models.RejectIllegal},
 		{models.EventDelegationCreated, models.EINVALID, models.RejectInvalid},
 		{models.EventSessionResumed, models.ENOTFOUND, models.RejectNotFound},

@@ -364,15 +364,13 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 	if errors.Is(err, errNoWork) {
 		return nil, nil
 	}
-	if s.Observer != nil {
-		switch {
-		case err != nil:
-			s.Observer.Rejected(EventDelegationLeased, ErrorCode(err))
-		case out.Replayed:
-			s.Observer.Rejected(EventDelegationLeased, EIDEMPOTENCY)
-		default:
-			s.Observer.Committed(leased, out.Status)
-		}
+	switch {
+	case err != nil:
+		s.rejected(ctx, EventDelegationLeased, err, queue)
+	case out.Replayed:
+		s.rejected(ctx, EventDelegationLeased, errReplayed, queue)
+	case s.Observer != nil:
+		s.Observer.Committed(leased, out.Status, queue)
 	}
 	if err != nil {
 		return nil, err
@@ -402,11 +400,23 @@ func (s *Store) claimNext(tx *Tx, args []any) (*claimedRow, func(*Tx) (Session, 
 	return c, func(*Tx) (Session, error) { return c.Session, nil }, nil
 }
 
+// DefaultLeaseRecheck is how often a waiting lease long poll looks at its
+// queue again without being woken: for retries whose backoff ends and leases
+// the rescuer frees, which announce nothing. New work wakes polls at once.
+const DefaultLeaseRecheck = time.Second
+
 // ClaimWait is Claim as a long poll: it waits up to wait for work, waking as
-// soon as work is announced on the queue (and re-checking every second, for
-// retries whose backoff ends and leases the rescuer frees).
+// soon as work is announced on the queue (and re-checking every
+// s.LeaseRecheck, for retries whose backoff ends and leases the rescuer
+// frees).
 func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey string, wait time.Duration) (*Lease, error) {
 	deadline := time.Now().Add(wait)
+	recheck := s.LeaseRecheck
+	if recheck <= 0 {
+		recheck = DefaultLeaseRecheck
+	}
+	// Subscribed before the first look, so that work queued between a look
+	// and the wait still wakes this poll (the channel keeps one signal).
 	ch, unsubscribe := s.Wake.Subscribe(queue)
 	defer unsubscribe()
 	for {
@@ -418,15 +428,25 @@ func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey str
 		if left <= 0 {
 			return nil, nil
 		}
-		t := time.NewTimer(min(left, time.Second))
+		t := time.NewTimer(min(left, recheck))
+		unpark := s.Wake.park(queue)
+		// The multi-process wake-up test reads these two lines: the first
+		// before it queues work through another process, the second to
+		// tell a wake-up from the last look at the deadline.
+		s.Logger.Debug("lease poll waiting", "queue", queue, "worker", worker)
+		woken := false
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			unpark(false)
 			return nil, ctx.Err()
 		case <-ch:
 			t.Stop()
+			woken = true
+			s.Logger.Debug("lease poll woken", "queue", queue, "worker", worker)
 		case <-t.C:
 		}
+		unpark(woken)
 	}
 }
 
@@ -694,9 +714,16 @@ func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
 					*d.LeaseToken != *seen.LeaseToken || d.LeaseExpiresAt.Time.After(s.now()) {
 					return nil, errSkip
 				}
+				// Heartbeats are not events, so the expiry records the
+				// worker's last sign of life for the recovery time: a claim
+				// and every heartbeat set the expiry to now + lease_seconds
+				// (which never changes on a delegation), so the last of
+				// them was exactly lease_seconds before the expiry.
+				lastSeen := d.LeaseExpiresAt.Time.Add(-time.Duration(d.LeaseSeconds) * time.Second)
 				return ExpiredPayload{
 					DelegationID: d.ID, Attempt: d.Attempt, Worker: d.LeasedBy,
 					NextAttempt: d.Attempt + 1, Exhausted: d.Attempt >= d.MaxAttempts,
+					LastSeenAt: NewUTCTime(lastSeen).String(),
 				}, nil
 			},
 			Effect: func(tx *Tx, next State, ev Event) (any, error) {

@@ -32,7 +32,7 @@ type MetricsDashData struct {
 	Queues []string
 }
 
-// dashMetric is one of the five product metrics as the dashboard draws it.
+// dashMetric is one product metric as the dashboard draws it.
 type dashMetric struct {
 	Key        string
 	Title      string
@@ -42,8 +42,6 @@ type dashMetric struct {
 	Format     func(float64) string
 	Max        float64
 	Ceil       func(float64) float64
-	// SystemOnly metrics have no per-queue figure.
-	SystemOnly bool
 }
 
 // stalledSteps lists the steps stalled sessions wait on, by name.
@@ -70,7 +68,7 @@ var dashMetrics = []dashMetric{
 	},
 	{
 		Key: "rework", Title: "Rework rate",
-		Definition: "Sessions with delegated work in the window in which a step was delegated again (retry, input loop, hand-back).",
+		Definition: "Sessions with delegated work in the window in which a step was delegated again: a retry after a failure result, an input loop, a hand-back. Lease expiries and transient retries are infrastructure retries, not rework.",
 		Value:      func(m models.MetricSet) *float64 { return m.Rework.Rate },
 		Detail: func(m models.MetricSet) string {
 			return fmt.Sprintf("%d of %s, %s", m.Rework.Reworked, Plural(m.Rework.Sessions, "session", "sessions"), Plural(m.Rework.Redelegations, "re-delegation", "re-delegations"))
@@ -78,21 +76,33 @@ var dashMetrics = []dashMetric{
 		Format: pct, Max: 1,
 	},
 	{
-		Key: "recovery", Title: "Mean recovery time",
-		Definition: "From an interruption (lease expiry, pause, escalation) to the next productive transition.",
-		Value:      func(m models.MetricSet) *float64 { return m.Recovery.MeanSeconds },
+		Key: "infra_retries", Title: "Infrastructure retries",
+		Definition: "Sessions with delegated work in the window whose step was queued again by the infrastructure: a lease that expired (a worker crashed or hung) or a transient failure retried.",
+		Value:      func(m models.MetricSet) *float64 { return m.InfraRetries.Rate },
 		Detail: func(m models.MetricSet) string {
-			s := Plural(m.Recovery.Recoveries, "recovery", "recoveries")
-			if m.Recovery.MaxSeconds != nil {
-				s += ", longest " + DurationText(*m.Recovery.MaxSeconds)
-			}
-			return s
+			r := m.InfraRetries
+			return fmt.Sprintf("%d of %s; %s, %s", r.Affected, Plural(r.Sessions, "session", "sessions"),
+				Plural(r.LeaseExpiries, "lease expiry", "lease expiries"), Plural(r.TransientFailures, "transient failure", "transient failures"))
 		},
-		Format: DurationText, Ceil: DurationCeil,
+		Format: pct, Max: 1,
+	},
+	{
+		Key: "recovery", Title: "Mean machine recovery time",
+		Definition: "From the last sign of life before an interruption (a lost lease's last heartbeat or lease start, a pause) to the re-lease or resume that ended it without a human.",
+		Value:      func(m models.MetricSet) *float64 { return m.Recovery.Machine.MeanSeconds },
+		Detail:     func(m models.MetricSet) string { return recoveryDetail(m.Recovery.Machine, "recovery", "recoveries") },
+		Format:     DurationText, Ceil: DurationCeil,
+	},
+	{
+		Key: "human_wait", Title: "Mean human wait",
+		Definition: "From the last sign of life before an interruption (an escalation, or the lost lease or pause that led to it) to the human decision that ended it.",
+		Value:      func(m models.MetricSet) *float64 { return m.Recovery.Human.MeanSeconds },
+		Detail:     func(m models.MetricSet) string { return recoveryDetail(m.Recovery.Human, "wait", "waits") },
+		Format:     DurationText, Ceil: DurationCeil,
 	},
 	{
 		Key: "state_conflicts", Title: "State conflict rate",
-		Definition: "Rejected stale, fenced and duplicate writes per 1,000 write attempts; applied conflicts must be zero.",
+		Definition: "Rejected stale and fenced writes per 1,000 write attempts (committed events plus rejected writes); idempotent replays are neither; applied conflicts must be zero.",
 		Value: func(m models.MetricSet) *float64 {
 			if m.StateConflicts == nil {
 				return nil
@@ -102,11 +112,12 @@ var dashMetrics = []dashMetric{
 		Detail: func(m models.MetricSet) string {
 			c := m.StateConflicts
 			if c == nil {
-				return "system-wide only"
+				return "no data"
 			}
-			return fmt.Sprintf("%d of %s, %s", c.Conflicts, Plural(c.WriteAttempts, "write attempt", "write attempts"), Plural(c.AppliedConflicts, "applied conflict", "applied conflicts"))
+			return fmt.Sprintf("%d of %s, %s apart, %s", c.Conflicts, Plural(c.WriteAttempts, "write attempt", "write attempts"),
+				Plural(c.Replays, "replay", "replays"), Plural(c.AppliedConflicts, "applied conflict", "applied conflicts"))
 		},
-		Format: func(v float64) string { return fmt.Sprintf("%.1f ‰", v) }, SystemOnly: true,
+		Format: func(v float64) string { return fmt.Sprintf("%.1f ‰", v) },
 	},
 	{
 		Key: "escalation_clarity", Title: "Escalation clarity",
@@ -134,6 +145,15 @@ var dashMetrics = []dashMetric{
 	},
 }
 
+// recoveryDetail is the count and longest of one kind of recovery.
+func recoveryDetail(r models.RecoveryTimes, one, many string) string {
+	s := Plural(r.Recoveries, one, many)
+	if r.MaxSeconds != nil {
+		s += ", longest " + DurationText(*r.MaxSeconds)
+	}
+	return s
+}
+
 // set is the metric set the charts show: the queue's, or the system's.
 func (d MetricsDashData) set(pm models.ProductMetrics) models.MetricSet {
 	if d.Queue != "" {
@@ -152,10 +172,7 @@ func (d MetricsDashData) bucketLabel(t time.Time) string {
 func (d MetricsDashData) line(m dashMetric) LineChart {
 	c := LineChart{ID: "trend-" + m.Key, Title: m.Title + " over the last " + d.Window, Format: m.Format, Max: m.Max, Ceil: m.Ceil}
 	for _, pm := range d.Trend {
-		p := Point{Label: d.bucketLabel(pm.From)}
-		if !(m.SystemOnly && d.Queue != "") {
-			p.Value = m.Value(d.set(pm))
-		}
+		p := Point{Label: d.bucketLabel(pm.From), Value: m.Value(d.set(pm))}
 		c.Points = append(c.Points, p)
 	}
 	return c
@@ -175,9 +192,6 @@ func (d MetricsDashData) bars(m dashMetric) BarChart {
 }
 
 func (d MetricsDashData) headline(m dashMetric) string {
-	if m.SystemOnly && d.Queue != "" {
-		return "—"
-	}
 	v := m.Value(d.set(d.Total))
 	if v == nil {
 		return "no data"
@@ -186,9 +200,6 @@ func (d MetricsDashData) headline(m dashMetric) string {
 }
 
 func (d MetricsDashData) detail(m dashMetric) string {
-	if m.SystemOnly && d.Queue != "" {
-		return "system-wide only"
-	}
 	return m.Detail(d.set(d.Total))
 }
 
@@ -202,7 +213,7 @@ func MetricsURL(window, queue string) templ.SafeURL {
 	return templ.SafeURL("/console/admin/metrics?" + v.Encode())
 }
 
-// MetricsDashPage is the metrics dashboard: the five product metrics for
+// MetricsDashPage is the metrics dashboard: the product metrics for
 // the chosen window, each as a headline, a trend line and a bar per queue.
 func MetricsDashPage(d MetricsDashData) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
@@ -240,7 +251,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var3 string
 			templ_7745c5c3_Var3, templ_7745c5c3_Err = templ.JoinStringErrs(FormatTime(d.Total.From))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 203, Col: 30}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 214, Col: 30}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var3))
 			if templ_7745c5c3_Err != nil {
@@ -253,7 +264,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var4 string
 			templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(FormatTime(d.Total.To))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 203, Col: 61}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 214, Col: 61}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
 			if templ_7745c5c3_Err != nil {
@@ -271,7 +282,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var5 string
 				templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(d.Queue)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 205, Col: 31}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 216, Col: 31}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
 				if templ_7745c5c3_Err != nil {
@@ -294,7 +305,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var6 string
 				templ_7745c5c3_Var6, templ_7745c5c3_Err = templruntime.NewAttributeExpression(MetricsURL(w, d.Queue)).ResolveURL(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 214, Col: 36}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 225, Col: 36}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var6)
 				if templ_7745c5c3_Err != nil {
@@ -307,7 +318,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var7 string
 				templ_7745c5c3_Var7, templ_7745c5c3_Err = templruntime.NewAttributeExpression(w).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 215, Col: 22}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 226, Col: 22}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var7)
 				if templ_7745c5c3_Err != nil {
@@ -330,7 +341,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var8 string
 				templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(w)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 219, Col: 15}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 230, Col: 15}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var8))
 				if templ_7745c5c3_Err != nil {
@@ -348,7 +359,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var9 string
 			templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Window).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 225, Col: 54}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 236, Col: 54}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var9)
 			if templ_7745c5c3_Err != nil {
@@ -366,7 +377,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var10 string
 				templ_7745c5c3_Var10, templ_7745c5c3_Err = templruntime.NewAttributeExpression(q).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 231, Col: 23}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 242, Col: 23}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var10)
 				if templ_7745c5c3_Err != nil {
@@ -389,7 +400,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var11 string
 				templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(q)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 231, Col: 56}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 242, Col: 56}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
 				if templ_7745c5c3_Err != nil {
@@ -412,7 +423,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var12 string
 				templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression("metric-" + m.Key).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 238, Col: 60}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 249, Col: 60}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var12)
 				if templ_7745c5c3_Err != nil {
@@ -425,7 +436,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var13 string
 				templ_7745c5c3_Var13, templ_7745c5c3_Err = templruntime.NewAttributeExpression(m.Key).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 238, Col: 103}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 249, Col: 103}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var13)
 				if templ_7745c5c3_Err != nil {
@@ -438,7 +449,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var14 string
 				templ_7745c5c3_Var14, templ_7745c5c3_Err = templruntime.NewAttributeExpression("metric-" + m.Key).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 240, Col: 31}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 251, Col: 31}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var14)
 				if templ_7745c5c3_Err != nil {
@@ -451,7 +462,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var15 string
 				templ_7745c5c3_Var15, templ_7745c5c3_Err = templ.JoinStringErrs(m.Title)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 240, Col: 43}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 251, Col: 43}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var15))
 				if templ_7745c5c3_Err != nil {
@@ -464,7 +475,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var16 string
 				templ_7745c5c3_Var16, templ_7745c5c3_Err = templ.JoinStringErrs(d.headline(m))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 241, Col: 58}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 252, Col: 58}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var16))
 				if templ_7745c5c3_Err != nil {
@@ -477,7 +488,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var17 string
 				templ_7745c5c3_Var17, templ_7745c5c3_Err = templ.JoinStringErrs(m.Definition)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 243, Col: 35}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 254, Col: 35}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var17))
 				if templ_7745c5c3_Err != nil {
@@ -490,7 +501,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				var templ_7745c5c3_Var18 string
 				templ_7745c5c3_Var18, templ_7745c5c3_Err = templ.JoinStringErrs(d.detail(m))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 243, Col: 99}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 254, Col: 99}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var18))
 				if templ_7745c5c3_Err != nil {
@@ -504,7 +515,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				if !m.SystemOnly && d.Queue == "" && len(d.Total.Queues) > 0 {
+				if d.Queue == "" && len(d.Total.Queues) > 0 {
 					templ_7745c5c3_Err = BarChartSVG(d.bars(m)).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
@@ -530,7 +541,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var19 string
 			templ_7745c5c3_Var19, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.FormatInt(d.Total.Stalled.Sessions, 10))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 254, Col: 92}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 265, Col: 92}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var19))
 			if templ_7745c5c3_Err != nil {
@@ -553,7 +564,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 					var templ_7745c5c3_Var20 string
 					templ_7745c5c3_Var20, templ_7745c5c3_Err = templ.JoinStringErrs(st)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 263, Col: 20}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 274, Col: 20}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var20))
 					if templ_7745c5c3_Err != nil {
@@ -566,7 +577,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 					var templ_7745c5c3_Var21 string
 					templ_7745c5c3_Var21, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(d.Total.Stalled.ByStep[st], "session", "sessions"))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 263, Col: 90}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 274, Col: 90}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var21))
 					if templ_7745c5c3_Err != nil {
@@ -589,7 +600,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var22 string
 			templ_7745c5c3_Var22, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.Itoa(len(d.Trend)))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 268, Col: 56}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 279, Col: 56}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var22))
 			if templ_7745c5c3_Err != nil {
@@ -602,7 +613,7 @@ func MetricsDashPage(d MetricsDashData) templ.Component {
 			var templ_7745c5c3_Var23 string
 			templ_7745c5c3_Var23, templ_7745c5c3_Err = templ.JoinStringErrs(d.Window)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 268, Col: 156}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/admin_metrics.templ`, Line: 279, Col: 156}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var23))
 			if templ_7745c5c3_Err != nil {

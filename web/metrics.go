@@ -2,7 +2,7 @@ package web
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -19,29 +19,26 @@ import (
 	"github.com/taskpilots/handoff/models"
 )
 
-// Tuning of the metrics observer.
-const (
-	// rejectionFlushEvery is how long rejections are batched before they are
-	// added to write_rejections (the state conflict rate's counters).
-	rejectionFlushEvery = time.Second
-	// rejectionMaxAge drops batched rejections that could not be written for
-	// this long (the database is gone); metrics are not worth a memory leak.
-	rejectionMaxAge = time.Hour
-	// maxOutages bounds the sessions whose interruption is remembered for the
-	// recovery-time histogram.
-	maxOutages = 50000
-)
+// maxOutages bounds the sessions whose interruption is remembered for the
+// recovery-time histogram.
+const maxOutages = 50000
 
 // metrics holds the Prometheus collectors of one server, on a private
 // registry, and is the store's models.Observer: it counts every committed
 // event and every rejected write, and times recoveries from interruptions.
+// Counters that make sense per queue carry a queue label ("" for sessions
+// never delegated); sum them without it for the totals. The rejection
+// counters the API's state conflict rate reads are written by the store
+// itself, durably, when the rejection happens (models.Store.rejected); the
+// counters here are this process's view for Prometheus.
 //
-// The recovery histogram is fed by what this process commits: an
-// interruption (lease expiry, pause, escalation) starts a session's clock and
-// the next productive transition (lease, resume, human decision) observes it.
-// With several replicas a recovery whose interruption another replica wrote
-// goes unobserved here; GET /api/v1/metrics computes the exact figure from the
-// event log.
+// The recovery histogram is fed by what this process commits, with the
+// definitions of models.Recovery: an interruption (lease expiry, from the
+// worker's last sign of life; pause; escalation) starts a session's clock
+// and the next productive transition observes it, as kind "machine" (a
+// lease, a resume) or "human" (a human decision). With several replicas a
+// recovery whose interruption another replica wrote goes unobserved here;
+// GET /api/v1/metrics computes the exact figure from the event log.
 type metrics struct {
 	store *models.Store
 	log   *slog.Logger
@@ -50,21 +47,23 @@ type metrics struct {
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
 	events       *prometheus.CounterVec
+	writes       *prometheus.CounterVec
 	leases       prometheus.Counter
 	results      *prometheus.CounterVec
 	rejections   *prometheus.CounterVec
-	escalations  prometheus.Counter
-	recovery     prometheus.Histogram
+	infraRetries *prometheus.CounterVec
+	escalations  *prometheus.CounterVec
+	recovery     *prometheus.HistogramVec
 
 	mu      sync.Mutex
-	outages map[string]time.Time // session id → start of its interruption
-	pending map[rejectionKey]int64
-	timer   *time.Timer // the scheduled flush of pending, if any
+	outages map[string]outage // session id → its interruption
 }
 
-type rejectionKey struct {
-	minute time.Time
-	reason string
+// outage is an interruption of a session: its last sign of life and the
+// queue it is blamed on.
+type outage struct {
+	since time.Time
+	queue string
 }
 
 // newMetrics creates the collectors and installs them as s.Observer.
@@ -75,7 +74,7 @@ func newMetrics(s *models.Store) *metrics {
 	}
 	m := &metrics{
 		store: s, log: log, reg: prometheus.NewRegistry(),
-		outages: map[string]time.Time{}, pending: map[rejectionKey]int64{},
+		outages: map[string]outage{},
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskpilots_http_requests_total",
 			Help: "HTTP requests by route pattern, method and status class.",
@@ -89,6 +88,10 @@ func newMetrics(s *models.Store) *metrics {
 			Name: "taskpilots_events_committed_total",
 			Help: "Events committed to the log, by event type.",
 		}, []string{"type"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskpilots_writes_committed_total",
+			Help: "Events committed to the log, by the session's queue: with the rejections other than replay, the write attempts of the state conflict rate.",
+		}, []string{"queue"}),
 		leases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "taskpilots_leases_granted_total",
 			Help: "Leases granted to workers.",
@@ -99,27 +102,32 @@ func newMetrics(s *models.Store) *metrics {
 		}, []string{"result_type"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskpilots_write_rejections_total",
-			Help: "Writes refused, by reason (stale, fenced and duplicate are state conflicts).",
-		}, []string{"reason"}),
-		escalations: prometheus.NewCounter(prometheus.CounterOpts{
+			Help: "Writes refused, by reason and the session's queue (stale and fenced are state conflicts; replay is an idempotent repeat, not a write attempt).",
+		}, []string{"reason", "queue"}),
+		infraRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskpilots_infra_retries_total",
+			Help: "Steps queued again by the infrastructure, not rework: cause lease_expired (a lease ran out) or transient (a transient failure retried).",
+		}, []string{"queue", "cause"}),
+		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskpilots_escalations_opened_total",
-			Help: "Sessions that escalated to humans.",
-		}),
-		recovery: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "taskpilots_recovery_seconds",
-			Help:    "Time from an interruption (lease expiry, pause, escalation) to the next productive transition (lease, resume, human decision).",
+			Help: "Sessions that escalated to humans, by queue.",
+		}, []string{"queue"}),
+		recovery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "taskpilots_recovery_seconds",
+			Help: "Time from the last sign of life before an interruption (a lease expiry's last heartbeat or lease start, a pause, an escalation) " +
+				"to the next productive transition: kind machine (a lease, a resume) or human (a human decision).",
 			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600},
-		}),
+		}, []string{"queue", "kind"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.httpRequests, m.httpDuration, m.events, m.leases, m.results,
-		m.rejections, m.escalations, m.recovery,
+		m.httpRequests, m.httpDuration, m.events, m.writes, m.leases, m.results,
+		m.rejections, m.infraRetries, m.escalations, m.recovery,
 		&queueCollector{store: s, log: log},
 	)
-	for _, r := range []string{models.RejectStale, models.RejectFenced, models.RejectDuplicate} {
-		m.rejections.WithLabelValues(r) // show conflicts as 0 before the first one
+	for _, r := range models.ConflictReasons {
+		m.rejections.WithLabelValues(r, "") // show conflicts as 0 before the first one
 	}
 	s.Observer = m
 	return m
@@ -180,40 +188,72 @@ var escalating = map[models.EventType]bool{
 	models.EventDelegationExpired: true, models.EventChildrenJoined: true,
 }
 
-// productive are the transitions that end an interruption.
+// productive are the transitions that end an interruption, and whether
+// they end a human wait (true) or a machine recovery.
 var productive = map[models.EventType]bool{
-	models.EventDelegationLeased: true, models.EventSessionResumed: true,
+	models.EventDelegationLeased: false, models.EventSessionResumed: false,
 	models.EventHumanRequestedInput: true, models.EventHumanResumed: true, models.EventHumanHandedBack: true,
 	models.EventHumanCompleted: true, models.EventHumanRejected: true,
 }
 
+// committedPayload is the part of an expiry's or a result's payload the
+// observer reads.
+type committedPayload struct {
+	LastSeenAt string `json:"last_seen_at"`
+	Exhausted  bool   `json:"exhausted"`
+	Retry      bool   `json:"retry"`
+}
+
 // Committed implements models.Observer.
-func (m *metrics) Committed(ev models.Event, next models.Status) {
+func (m *metrics) Committed(ev models.Event, next models.Status, queue string) {
 	m.events.WithLabelValues(string(ev.Type)).Inc()
+	m.writes.WithLabelValues(queue).Inc()
+	at := ev.CreatedAt.Time
+	since := at
+	var p committedPayload
 	switch {
 	case ev.Type == models.EventDelegationLeased:
 		m.leases.Inc()
+	case ev.Type == models.EventDelegationExpired:
+		// Only an expiry's and a failure's payload are read, and only
+		// three fields of it; a bad payload cannot have been committed.
+		_ = json.Unmarshal([]byte(ev.Payload), &p)
+		if seen, err := time.Parse(time.RFC3339Nano, p.LastSeenAt); err == nil && !seen.After(at) {
+			since = seen
+		}
+		if !p.Exhausted {
+			m.infraRetries.WithLabelValues(queue, "lease_expired").Inc()
+		}
 	case strings.HasPrefix(string(ev.Type), "result."):
 		m.results.WithLabelValues(strings.TrimPrefix(string(ev.Type), "result.")).Inc()
+		if ev.Type == models.EventResultFailed {
+			_ = json.Unmarshal([]byte(ev.Payload), &p)
+			if p.Retry {
+				m.infraRetries.WithLabelValues(queue, "transient").Inc()
+			}
+		}
 	}
 	escalated := next == models.StatusEscalated && escalating[ev.Type]
 	if escalated {
-		m.escalations.Inc()
+		m.escalations.WithLabelValues(queue).Inc()
 	}
 	interrupted := escalated || ev.Type == models.EventDelegationExpired || ev.Type == models.EventSessionPaused
-	at := ev.CreatedAt.Time
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if productive[ev.Type] {
-		if start, ok := m.outages[ev.SessionID]; ok {
+	if human, ok := productive[ev.Type]; ok {
+		if o, ok := m.outages[ev.SessionID]; ok {
 			delete(m.outages, ev.SessionID)
-			m.recovery.Observe(at.Sub(start).Seconds())
+			kind := "machine"
+			if human {
+				kind = "human"
+			}
+			m.recovery.WithLabelValues(o.queue, kind).Observe(at.Sub(o.since).Seconds())
 		}
 	}
 	if interrupted {
 		if _, ok := m.outages[ev.SessionID]; !ok && len(m.outages) < maxOutages {
-			m.outages[ev.SessionID] = at
+			m.outages[ev.SessionID] = outage{since: since, queue: queue}
 		}
 	}
 	if next.Terminal() {
@@ -221,67 +261,10 @@ func (m *metrics) Committed(ev models.Event, next models.Status) {
 	}
 }
 
-// Rejected implements models.Observer. It never blocks on the database: the
-// rejection is counted in memory and added to write_rejections by a flush
-// that runs rejectionFlushEvery later, in its own goroutine.
-func (m *metrics) Rejected(t models.EventType, code models.Code) {
-	reason := models.RejectionReason(t, code)
-	m.rejections.WithLabelValues(reason).Inc()
-	k := rejectionKey{minute: m.store.Now().UTC().Truncate(time.Minute), reason: reason}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.pending[k]++
-	m.scheduleFlushLocked()
-}
-
-// scheduleFlushLocked schedules a flush unless one is pending; m.mu is held.
-func (m *metrics) scheduleFlushLocked() {
-	if m.timer != nil {
-		return
-	}
-	m.timer = time.AfterFunc(rejectionFlushEvery, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.flush(ctx); err != nil {
-			m.log.Warn("record write rejections; retrying", "err", err)
-		}
-	})
-}
-
-// flush writes the batched rejections. On failure they are kept (up to
-// rejectionMaxAge) and another flush is scheduled.
-func (m *metrics) flush(ctx context.Context) error {
-	m.mu.Lock()
-	batch := m.pending
-	m.pending = map[rejectionKey]int64{}
-	if m.timer != nil {
-		m.timer.Stop()
-		m.timer = nil
-	}
-	m.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
-	}
-	rs := make([]models.Rejection, 0, len(batch))
-	for k, n := range batch {
-		rs = append(rs, models.Rejection{At: k.minute, Reason: k.reason, Count: n})
-	}
-	err := m.store.RecordRejections(ctx, rs)
-	if err == nil {
-		return nil
-	}
-	cutoff := m.store.Now().Add(-rejectionMaxAge)
-	m.mu.Lock()
-	for k, n := range batch {
-		if k.minute.After(cutoff) {
-			m.pending[k] += n
-		}
-	}
-	if len(m.pending) > 0 {
-		m.scheduleFlushLocked()
-	}
-	m.mu.Unlock()
-	return fmt.Errorf("record %d write rejection counters: %w", len(batch), err)
+// Rejected implements models.Observer. The store has counted the rejection
+// in write_rejections already; this is the process's Prometheus counter.
+func (m *metrics) Rejected(_ models.EventType, reason, queue string) {
+	m.rejections.WithLabelValues(reason, queue).Inc()
 }
 
 // queueGaugeTimeout bounds the scrape's one query.

@@ -84,16 +84,22 @@ func TestMetricsObserver(t *testing.T) {
 		}
 
 		sid, did := storetest.Delegated(ctx, t, s, "refunds")
-		if l, err := s.Claim(ctx, "refunds", "w-1", "test:worker", ""); err != nil || l == nil {
-			t.Fatalf("claim: %v %v", l, err)
+		l1, err := s.Claim(ctx, "refunds", "w-1", "test:worker", "")
+		if err != nil || l1 == nil {
+			t.Fatalf("claim: %v %v", l1, err)
 		}
 		// Stale: the session is at version 3.
 		v1 := int64(1)
 		if _, err := s.Delegate(ctx, sid, "test:controller", "", models.DelegateInput{Queue: "refunds", Step: "again", ExpectedVersion: &v1}); models.ErrorCode(err) != models.ECONFLICT {
 			t.Fatalf("stale delegate: %v", err)
 		}
-		// The lease runs out at +30s; the rescuer re-queues it at +40s.
-		clock.Set(t0.Add(40 * time.Second))
+		// A heartbeat at +10s extends the lease to +40s; the rescuer
+		// re-queues it at +45s.
+		clock.Set(t0.Add(10 * time.Second))
+		if _, err := s.Heartbeat(ctx, did, l1.LeaseToken); err != nil {
+			t.Fatalf("heartbeat: %v", err)
+		}
+		clock.Set(t0.Add(45 * time.Second))
 		if n, err := s.RescueExpired(ctx, 10); err != nil || n != 1 {
 			t.Fatalf("rescue = %d, %v", n, err)
 		}
@@ -103,7 +109,8 @@ func TestMetricsObserver(t *testing.T) {
 		if _, err := s.SubmitResult(ctx, did, "test:worker", "", res); models.ErrorCode(err) != models.ECONFLICT {
 			t.Fatalf("fenced result: %v", err)
 		}
-		// Re-leased 20s after the expiry: a 20s recovery.
+		// Re-leased at +60s: a machine recovery of 50s from the heartbeat
+		// (not 15s from the expiry's detection).
 		clock.Set(t0.Add(60 * time.Second))
 		l, err := s.Claim(ctx, "refunds", "w-2", "test:worker", "")
 		if err != nil || l == nil || l.Attempt != 2 {
@@ -113,7 +120,7 @@ func TestMetricsObserver(t *testing.T) {
 		if _, err := s.SubmitResult(ctx, did, "test:worker", "r-1", res); err != nil {
 			t.Fatalf("result: %v", err)
 		}
-		// Duplicate: the same result again.
+		// Replay: the same result again (not a conflict).
 		if out, err := s.SubmitResult(ctx, did, "test:worker", "r-1", res); err != nil || !out.Replayed {
 			t.Fatalf("repeat: %+v %v", out, err)
 		}
@@ -123,7 +130,8 @@ func TestMetricsObserver(t *testing.T) {
 			t.Fatalf("illegal pause: %v", err)
 		}
 		// An escalation a human claims after 30s and completes 60s later:
-		// a 90s recovery.
+		// a human wait of 90s, on no queue (the session was never
+		// delegated).
 		s2 := storetest.Session(ctx, t, s, nil)
 		if _, err := s.Transition(ctx, s2, models.EventSessionEscalated, "test:controller", "", models.TransitionInput{ExpectedVersion: &v1, Reason: "unsure"}); err != nil {
 			t.Fatalf("escalate: %v", err)
@@ -142,49 +150,55 @@ func TestMetricsObserver(t *testing.T) {
 		}
 
 		wantSamples(t, scrape(t, m.handler()), map[string]float64{
-			`taskpilots_events_committed_total{type="session.created"}`:          2,
-			`taskpilots_events_committed_total{type="delegation.created"}`:       1,
-			`taskpilots_events_committed_total{type="delegation.leased"}`:        2,
-			`taskpilots_events_committed_total{type="delegation.lease_expired"}`: 1,
-			`taskpilots_events_committed_total{type="result.completed"}`:         1,
-			`taskpilots_events_committed_total{type="session.escalated"}`:        1,
-			`taskpilots_events_committed_total{type="human.claimed"}`:            1,
-			`taskpilots_events_committed_total{type="human.completed"}`:          1,
-			`taskpilots_leases_granted_total`:                                    2,
-			`taskpilots_results_total{result_type="completed"}`:                  1,
-			`taskpilots_write_rejections_total{reason="stale"}`:                  1,
-			`taskpilots_write_rejections_total{reason="fenced"}`:                 1,
-			`taskpilots_write_rejections_total{reason="duplicate"}`:              1,
-			`taskpilots_write_rejections_total{reason="illegal"}`:                1,
-			`taskpilots_escalations_opened_total`:                                1,
-			`taskpilots_recovery_seconds_count`:                                  2,
-			`taskpilots_recovery_seconds_sum`:                                    110,
-			`taskpilots_recovery_seconds_bucket{le="15"}`:                        0,
-			`taskpilots_recovery_seconds_bucket{le="30"}`:                        1,
-			`taskpilots_recovery_seconds_bucket{le="120"}`:                       2,
+			`taskpilots_events_committed_total{type="session.created"}`:                  2,
+			`taskpilots_events_committed_total{type="delegation.created"}`:               1,
+			`taskpilots_events_committed_total{type="delegation.leased"}`:                2,
+			`taskpilots_events_committed_total{type="delegation.lease_expired"}`:         1,
+			`taskpilots_events_committed_total{type="result.completed"}`:                 1,
+			`taskpilots_events_committed_total{type="session.escalated"}`:                1,
+			`taskpilots_events_committed_total{type="human.claimed"}`:                    1,
+			`taskpilots_events_committed_total{type="human.completed"}`:                  1,
+			`taskpilots_leases_granted_total`:                                            2,
+			`taskpilots_results_total{result_type="completed"}`:                          1,
+			`taskpilots_writes_committed_total{queue="refunds"}`:                         5,
+			`taskpilots_writes_committed_total{queue=""}`:                                5,
+			`taskpilots_write_rejections_total{queue="refunds",reason="stale"}`:          1,
+			`taskpilots_write_rejections_total{queue="refunds",reason="fenced"}`:         1,
+			`taskpilots_write_rejections_total{queue="refunds",reason="replay"}`:         1,
+			`taskpilots_write_rejections_total{queue="refunds",reason="illegal"}`:        1,
+			`taskpilots_infra_retries_total{cause="lease_expired",queue="refunds"}`:      1,
+			`taskpilots_escalations_opened_total{queue=""}`:                              1,
+			`taskpilots_recovery_seconds_count{kind="machine",queue="refunds"}`:          1,
+			`taskpilots_recovery_seconds_sum{kind="machine",queue="refunds"}`:            50,
+			`taskpilots_recovery_seconds_bucket{kind="machine",queue="refunds",le="30"}`: 0,
+			`taskpilots_recovery_seconds_bucket{kind="machine",queue="refunds",le="60"}`: 1,
+			`taskpilots_recovery_seconds_count{kind="human",queue=""}`:                   1,
+			`taskpilots_recovery_seconds_sum{kind="human",queue=""}`:                     90,
 		})
 		got := scrape(t, m.handler())
 		if _, ok := got["go_goroutines"]; !ok {
 			t.Errorf("no Go collector samples")
 		}
 
-		// The batched rejections reach write_rejections, which the state
-		// conflict rate reads: 3 conflicts (stale, fenced, duplicate) and
-		// one illegal transition.
-		if err := m.flush(ctx); err != nil {
-			t.Fatalf("flush: %v", err)
-		}
+		// The store counted the rejections in write_rejections when they
+		// happened (no flush), which the state conflict rate reads: 2
+		// conflicts (stale, fenced), one illegal transition, one replay
+		// (neither a conflict nor an attempt).
 		pm, err := s.ProductMetrics(ctx, models.MetricsOpts{From: t0, To: t0.Add(time.Hour)})
 		if err != nil {
 			t.Fatalf("product metrics: %v", err)
 		}
 		c := pm.Overall.StateConflicts
-		if c.Rejected != 4 || c.Conflicts != 3 || c.Committed != 10 || c.WriteAttempts != 14 ||
-			c.ByReason["stale"] != 1 || c.ByReason["fenced"] != 1 || c.ByReason["duplicate"] != 1 || c.ByReason["illegal"] != 1 {
+		if c.Rejected != 3 || c.Conflicts != 2 || c.Replays != 1 || c.Committed != 10 || c.WriteAttempts != 13 ||
+			c.ByReason["stale"] != 1 || c.ByReason["fenced"] != 1 || c.ByReason["illegal"] != 1 {
 			t.Errorf("conflicts = %+v", *c)
 		}
-		if err := m.flush(ctx); err != nil {
-			t.Fatalf("empty flush: %v", err)
+		if rc := pm.Queues["refunds"].StateConflicts; rc.Rejected != 3 || rc.Committed != 5 || rc.Conflicts != 2 {
+			t.Errorf("refunds conflicts = %+v", *rc)
+		}
+		// The API's recovery agrees with the histogram.
+		if r := pm.Overall.Recovery; r.Machine.Recoveries != 1 || *r.Machine.MeanSeconds != 50 || r.Human.Recoveries != 1 || *r.Human.MeanSeconds != 90 {
+			t.Errorf("recovery = %+v", r)
 		}
 	})
 }

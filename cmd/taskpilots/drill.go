@@ -347,13 +347,14 @@ type dbVerifyStats struct {
 }
 
 // drillMetrics are the product metrics of the drill's queue over the
-// drill's window; StateConflicts is system-wide (rejections carry no queue).
+// drill's window.
 type drillMetrics struct {
 	Source         string                 `json:"source"` // database or api
 	From           time.Time              `json:"from"`
 	To             time.Time              `json:"to"`
 	HandoffSuccess models.HandoffSuccess  `json:"handoff_success"`
 	Rework         models.Rework          `json:"rework"`
+	InfraRetries   models.InfraRetries    `json:"infra_retries"`
 	Recovery       models.Recovery        `json:"recovery"`
 	StateConflicts *models.StateConflicts `json:"state_conflicts"`
 }
@@ -457,15 +458,18 @@ func printDrillReport(w io.Writer, r drillReport) {
 			m.HandoffSuccess.Succeeded, m.HandoffSuccess.Ended)
 		row("rework", "%s (%d of %d sessions, %d re-delegations)", ratePct(m.Rework.Rate), m.Rework.Reworked,
 			m.Rework.Sessions, m.Rework.Redelegations)
-		row("mean recovery time", "%s (%d recoveries, max %s)", secs(m.Recovery.MeanSeconds), m.Recovery.Recoveries,
-			secs(m.Recovery.MaxSeconds))
+		row("infra retries", "%d (%d lease expiries, %d transient failures; %d of %d sessions)", m.InfraRetries.Retries,
+			m.InfraRetries.LeaseExpiries, m.InfraRetries.TransientFailures, m.InfraRetries.Affected, m.InfraRetries.Sessions)
+		mr, hw := m.Recovery.Machine, m.Recovery.Human
+		row("mean recovery time", "machine %s (%d recoveries, max %s), human wait %s (%d, max %s)",
+			secs(mr.MeanSeconds), mr.Recoveries, secs(mr.MaxSeconds), secs(hw.MeanSeconds), hw.Recoveries, secs(hw.MaxSeconds))
 		if sc := m.StateConflicts; sc != nil {
 			per := "n/a"
 			if sc.PerThousand != nil {
 				per = fmt.Sprintf("%.1f", *sc.PerThousand)
 			}
-			row("state conflict rate", "%s per 1000 writes (%d of %d, system-wide), applied conflicts %d", per,
-				sc.Conflicts, sc.WriteAttempts, sc.AppliedConflicts)
+			row("state conflict rate", "%s per 1000 writes (%d of %d; %d replays apart), applied conflicts %d", per,
+				sc.Conflicts, sc.WriteAttempts, sc.Replays, sc.AppliedConflicts)
 		}
 	} else {
 		row("metrics", "unavailable")

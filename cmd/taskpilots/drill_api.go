@@ -270,8 +270,8 @@ func (a *drillAPI) metrics(ctx context.Context, queue string) (drillMetrics, err
 	}
 	q := body.Queues[queue]
 	return drillMetrics{Source: "api (24h window, queue " + queue + ")", From: body.From, To: body.To,
-		HandoffSuccess: q.HandoffSuccess, Rework: q.Rework, Recovery: q.Recovery,
-		StateConflicts: body.Overall.StateConflicts}, nil
+		HandoffSuccess: q.HandoffSuccess, Rework: q.Rework, InfraRetries: q.InfraRetries, Recovery: q.Recovery,
+		StateConflicts: q.StateConflicts}, nil
 }
 
 func snippetOf(b []byte) string {
@@ -335,9 +335,6 @@ func newConsoleHuman(email, password string, api *drillAPI) (*consoleHuman, erro
 }
 
 func (h *consoleHuman) kind() string { return "console" }
-
-// errLoggedOut means the server sent the browser to the login page.
-var errLoggedOut = errors.New("the console asked to log in")
 
 // send does one request and returns the status, the Location and the body.
 func (h *consoleHuman) send(ctx context.Context, method, u string, form url.Values) (int, string, string, error) {

@@ -110,14 +110,18 @@ func (d *drill) setup(ctx context.Context) error {
 		}
 		var err error
 		d.ownTok = []string{d.queue + "-controller", d.queue + "-worker"}
-		if ctrlTok, _, err = st.CreateToken(ctx, d.ownTok[0], models.RoleController); err != nil {
+		// The drill's tokens and console user are made (and its tokens
+		// revoked in close) like any CLI change, so that the admin log of
+		// the database it ran against shows them.
+		op := operator(d.env)
+		if ctrlTok, _, err = st.AdminCreateToken(ctx, op, d.ownTok[0], models.RoleController); err != nil {
 			return err
 		}
-		if workTok, _, err = st.CreateToken(ctx, d.ownTok[1], models.RoleWorker); err != nil {
+		if workTok, _, err = st.AdminCreateToken(ctx, op, d.ownTok[1], models.RoleWorker); err != nil {
 			return err
 		}
 		email, password = d.queue+"@drill.invalid", models.RandomSecret(18)
-		u, err := st.CreateUser(ctx, models.CreateUserInput{Email: email, Name: "Drill agent " + d.suffix, Role: models.RoleAgent, Password: password})
+		u, _, err := st.AdminCreateUser(ctx, op, models.CreateUserInput{Email: email, Name: "Drill agent " + d.suffix, Role: models.RoleAgent, Password: password})
 		if err != nil {
 			return fmt.Errorf("create the drill's console user: %w", err)
 		}
@@ -228,7 +232,7 @@ func (d *drill) close() {
 	if st := d.store(); st != nil {
 		for _, name := range d.ownTok {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if _, err := st.RevokeToken(ctx, name); err != nil {
+			if _, err := st.AdminRevokeToken(ctx, operator(d.env), name); err != nil {
 				d.env.log.Warn("revoke the drill's token", "name", name, "err", err)
 			}
 			cancel()
@@ -417,8 +421,11 @@ type expectation struct {
 	DelegationID string
 	Attempt      int
 	Worker       string
-	// LeaseSeq is the seq of the delegation.leased event of the lease the
-	// write was sent under (the lease packet's based_on_version).
+	// LeaseSeq names the delegation.leased event of the lease the write
+	// was sent under: the version it moved the session to (the lease
+	// packet's based_on_version). A lease is work, so no other event moved
+	// the version there; it is the event's seq only while no audit-only
+	// event was appended before it.
 	LeaseSeq int64
 	Expected string
 	Got      string

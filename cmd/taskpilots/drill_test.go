@@ -189,7 +189,9 @@ func logFigures(t *testing.T, rep drillReport) {
 		rep.Seed, rep.OK, rep.ScenarioSeconds, rep.ElapsedSeconds, rep.Sessions.Settled, rep.Sessions.Planned, rep.Checks.Events,
 		rep.Faults, rep.Expectations.Checked, rep.Expectations.Mismatches, rep.Retries)
 	if m != nil {
-		line += fmt.Sprintf(" handoff=%s rework=%s recovery_mean=%ss conflicts_per_1000=", f(m.HandoffSuccess.Rate), f(m.Rework.Rate), f(m.Recovery.MeanSeconds))
+		line += fmt.Sprintf(" handoff=%s rework=%s infra_retries=%d(%s) machine_recovery_mean=%ss max=%ss human_wait_mean=%ss conflicts_per_1000=",
+			f(m.HandoffSuccess.Rate), f(m.Rework.Rate), m.InfraRetries.Retries, f(m.InfraRetries.Rate),
+			f(m.Recovery.Machine.MeanSeconds), f(m.Recovery.Machine.MaxSeconds), f(m.Recovery.Human.MeanSeconds))
 		if m.StateConflicts != nil {
 			line += f(m.StateConflicts.PerThousand)
 		}
@@ -349,10 +351,15 @@ func TestDrillFlags(t *testing.T) {
 
 // TestLeaseLost checks how the drill reads a lost lease from the event log.
 func TestLeaseLost(t *testing.T) {
-	seq := int64(0)
+	var seq, version int64
 	ev := func(typ, payload string) client.Event {
 		seq++
-		return client.Event{Seq: seq, Type: typ, Payload: json.RawMessage(payload)}
+		e := client.Event{Seq: seq, Type: typ, VersionBefore: version, Payload: json.RawMessage(payload)}
+		if models.VersionEffectOf(models.EventType(typ)) == models.MovesVersion {
+			version++
+		}
+		e.VersionAfter = version
+		return e
 	}
 	lease := func(worker string) client.Event {
 		return ev("delegation.leased", `{"delegation_id":"dlg_1","attempt":1,"worker":"`+worker+`"}`)
@@ -364,6 +371,11 @@ func TestLeaseLost(t *testing.T) {
 		want bool
 	}{
 		{"still held", func() []client.Event { return []client.Event{lease("w1")} }, 1, false},
+		// An audit-only event before the lease: the packet's version (1)
+		// is no longer the lease's seq (2).
+		{"expired after an audit event", func() []client.Event {
+			return []client.Event{ev("escalation.sla_breached", `{}`), lease("w1"), ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}
+		}, 1, true},
 		{"expired", func() []client.Event {
 			return []client.Event{lease("w1"), ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}
 		}, 1, true},
@@ -386,7 +398,7 @@ func TestLeaseLost(t *testing.T) {
 			return []client.Event{lease("w1"), ev("session.paused", `{}`), ev("session.resumed", `{}`), lease("w1")}
 		}, 0, false},
 	} {
-		seq = 0
+		seq, version = 0, 0
 		if got := leaseLost(c.evs(), c.seq, "dlg_1", 1, "w1"); got != c.want {
 			t.Errorf("%s: leaseLost = %t; want %t", c.name, got, c.want)
 		}

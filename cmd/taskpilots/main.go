@@ -38,6 +38,9 @@ type cliEnv struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	log            *slog.Logger
+	// osUser names the operating-system account running the command, for
+	// the admin log; nil means os/user.Current (tests replace it).
+	osUser func() (string, error)
 }
 
 // exitError carries a specific exit status.

@@ -29,9 +29,15 @@ type serveOpts struct {
 	databaseURL string
 	dbMaxConns  int
 	demo        bool
+	// leaseRecheck becomes the store's LeaseRecheck.
+	leaseRecheck time.Duration
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
 	// where web.Config's zero means "the default".
 	reviewDoubleShare float64
+	// checkpointKeyPath and checkpointEvery are the flags' values; the key
+	// is loaded (or created) by runServe.
+	checkpointKeyPath string
+	checkpointEvery   time.Duration
 	web               web.Config
 }
 
@@ -46,7 +52,7 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 20),
 		"PostgreSQL connection pool size of this process (env TASKPILOTS_DB_MAX_CONNS)")
 	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),
-		"seed demo sessions when the database has none (env TASKPILOTS_DEMO)")
+		"seed demo sessions and demo users into a new embedded SQLite database; never on PostgreSQL (env TASKPILOTS_DEMO)")
 	fs.StringVar(&o.web.Addr, "addr", d.String("TASKPILOTS_ADDR", web.DefaultAddr),
 		"listen address host:port; use :8080 to listen on every interface (env TASKPILOTS_ADDR)")
 	fs.Int64Var(&o.web.BodyLimit, "body-limit", d.Int64("TASKPILOTS_BODY_LIMIT", web.DefaultBodyLimit),
@@ -60,6 +66,8 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"period of the maintenance pass that rescues expired leases and fires timers (env TASKPILOTS_MAINTAIN_EVERY)")
 	fs.DurationVar(&o.web.LeaseWaitMax, "lease-wait-max", d.Duration("TASKPILOTS_LEASE_WAIT_MAX", models.MaxWaitSeconds*time.Second),
 		"longest a lease long poll may wait (env TASKPILOTS_LEASE_WAIT_MAX)")
+	fs.DurationVar(&o.leaseRecheck, "lease-recheck", d.Duration("TASKPILOTS_LEASE_RECHECK", models.DefaultLeaseRecheck),
+		"how often a waiting lease long poll looks at its queue when nothing woke it; new work wakes it at once (env TASKPILOTS_LEASE_RECHECK)")
 	fs.DurationVar(&o.web.ShutdownTimeout, "shutdown-timeout", d.Duration("TASKPILOTS_SHUTDOWN_TIMEOUT", web.DefaultShutdownTimeout),
 		"how long a graceful shutdown may take (env TASKPILOTS_SHUTDOWN_TIMEOUT)")
 	fs.IntVar(&o.web.LoginFailuresPerAccount, "login-failures-per-account", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT", models.DefaultLoginFreePerPair),
@@ -77,9 +85,13 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"share of escalations scored by two reviewers, 0 to 1 (env TASKPILOTS_REVIEW_DOUBLE_SHARE)")
 	fs.DurationVar(&o.web.Reviews.ClaimTTL, "review-claim-ttl", d.Duration("TASKPILOTS_REVIEW_CLAIM_TTL", models.DefaultReviewClaimTTL),
 		"how long a reviewer's claim on an item lasts (env TASKPILOTS_REVIEW_CLAIM_TTL)")
+	checkpointKeyFlag(fs, d, &o.checkpointKeyPath)
+	fs.DurationVar(&o.checkpointEvery, "checkpoint-every", d.Duration("TASKPILOTS_CHECKPOINT_EVERY", web.DefaultCheckpointEvery),
+		"how often to sign a checkpoint over every session's head when anything changed; 0: only on demand (env TASKPILOTS_CHECKPOINT_EVERY)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
-			"seeds demo data into an empty database, then serves the console and the API.\n"+
+			"seeds demo users and sessions into a new embedded SQLite database (never PostgreSQL),\n"+
+			"printing every generated password once, then serves the console and the API.\n"+
 			"Log verbosity: TASKPILOTS_LOG_LEVEL=debug|info|warn|error.\n\nflags:")
 		fs.PrintDefaults()
 	}
@@ -113,11 +125,19 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.reviewDoubleShare < 0 || o.reviewDoubleShare > 1 {
 		v.Add("review-double-share", "must be between 0 and 1")
 	}
+	if o.checkpointEvery < 0 {
+		v.Add("checkpoint-every", "must be 0 (on demand only) or a positive duration")
+	}
+	o.web.CheckpointEvery = o.checkpointEvery
+	if o.checkpointEvery == 0 {
+		o.web.CheckpointEvery = -1
+	}
 	o.web.Reviews.DoubleShare = o.reviewDoubleShare
 	if o.reviewDoubleShare == 0 {
 		o.web.Reviews.DoubleShare = -1
 	}
 	for name, dur := range map[string]time.Duration{"maintain-every": o.web.MaintainEvery, "lease-wait-max": o.web.LeaseWaitMax,
+		"lease-recheck":    o.leaseRecheck,
 		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow, "review-claim-ttl": o.web.Reviews.ClaimTTL,
 		"login-idle-timeout": o.web.LoginIdleTimeout, "login-lifetime": o.web.LoginLifetime} {
 		if dur <= 0 {
@@ -141,8 +161,12 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer s.Close()
+	s.LeaseRecheck = o.leaseRecheck
 	if err := prepareServe(ctx, env, s, o.demo); err != nil {
 		return err
+	}
+	if o.web.CheckpointKey, err = checkpointKey(env, o.databaseURL, o.checkpointKeyPath, true); err != nil {
+		return fmt.Errorf("checkpoint key: %w", err)
 	}
 	env.log.Info("starting TaskPilots Handoff", "database", redactURL(s.URL()), "dialect", s.Dialect, "addr", o.web.Addr)
 	if err := web.Serve(ctx, s, o.web); err != nil {
@@ -153,7 +177,8 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 
 // prepareServe brings a database to the point where the server may run on
 // it: schema migrated (never past what this binary knows), a first admin
-// user, and demo sessions when asked for and the database has none.
+// user, and, when asked for, demo users and sessions in a new embedded
+// SQLite database (seedDemo).
 func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bool) error {
 	applied, err := s.MigrateUp(ctx)
 	if err != nil {
@@ -161,6 +186,12 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 	}
 	if len(applied) > 0 {
 		env.log.Info("applied migrations", "versions", applied, "dialect", s.Dialect)
+	}
+	// Counted before the first admin is made: demo users may only join a
+	// database that had no users at all.
+	users, err := s.CountUsers(ctx)
+	if err != nil {
+		return fmt.Errorf("count users: %w", err)
 	}
 	email, password, created, err := s.EnsureAdmin(ctx)
 	if err != nil {
@@ -180,9 +211,29 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 			"  the first sign-in. `taskpilots user create` adds more users.\n%s\n\n",
 			line, email, password, line)
 	}
+	// Earlier releases gave the demo users a published password, on any
+	// database; such accounts are closed whatever --demo says.
+	retired, err := demo.RetireLegacyAccounts(ctx, s, operator(env))
+	if err != nil {
+		return err
+	}
+	if len(retired) > 0 {
+		env.log.Warn("disabled demo users that still had the published demo password of earlier releases; "+
+			"an admin may enable them and reset their passwords in the console", "users", retired)
+	}
 	if !withDemo {
 		return nil
 	}
+	return seedDemo(ctx, env, s, users)
+}
+
+// seedDemo seeds the demo data into a database made for trying the product:
+// embedded SQLite, with no users before this start and no sessions. Never
+// PostgreSQL (production), and never a database with real users: the demo
+// users are console accounts, and however random their passwords, nobody
+// asked for them there. Each demo user's password is printed once, beside
+// the first admin's.
+func seedDemo(ctx context.Context, env *cliEnv, s *models.Store, usersBefore int64) error {
 	some, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1})
 	if err != nil {
 		return fmt.Errorf("check for existing sessions: %w", err)
@@ -190,12 +241,26 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 	if len(some.Sessions) > 0 {
 		return nil
 	}
-	n, err := demo.Seed(ctx, s)
+	if s.Dialect != models.SQLite || usersBefore > 0 {
+		env.log.Info("no demo data: it is seeded only into a new embedded SQLite database",
+			"dialect", s.Dialect, "users_before", usersBefore)
+		return nil
+	}
+	res, err := demo.Seed(ctx, s)
+	if len(res.Accounts) > 0 {
+		// Printed even when the seed failed later on: the users exist.
+		line := strings.Repeat("=", 66)
+		fmt.Fprintf(env.stderr, "%s\n  Created demo users (this demo database only).\n\n", line)
+		for _, a := range res.Accounts {
+			fmt.Fprintf(env.stderr, "    %-21s %-9s password %s\n", a.Email, a.Role, a.Password)
+		}
+		fmt.Fprintf(env.stderr, "\n  Their passwords are shown only this once, like the admin's.\n%s\n\n", line)
+	}
 	if err != nil {
 		return fmt.Errorf("seed demo data (start with --demo=false to skip it): %w", err)
 	}
-	if n > 0 {
-		env.log.Info("seeded demo sessions into the empty database", "sessions", n)
+	if res.Sessions > 0 {
+		env.log.Info("seeded demo sessions into the empty database", "sessions", res.Sessions)
 	}
 	return nil
 }

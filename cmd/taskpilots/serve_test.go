@@ -92,6 +92,7 @@ func TestPrepareServe(t *testing.T) {
 		if !u.MustChangePassword || !strings.Contains(errb.String(), "choose your own") {
 			t.Errorf("first admin: must change %v; the note says:\n%s", u.MustChangePassword, errb.String())
 		}
+		wantDemo(t, s, errb.String()+logb.String(), s.Dialect == models.SQLite)
 
 		errb.Reset()
 		logb.Reset()
@@ -102,6 +103,70 @@ func TestPrepareServe(t *testing.T) {
 			t.Fatalf("second start printed a password again:\n%s", errb.String())
 		}
 	})
+}
+
+var demoLine = regexp.MustCompile(`(?m)^\s+(\S+@demo\.local)\s+(\w+)\s+password (\S+)$`)
+
+// wantDemo checks the demo data of a database prepared by serve: with demo
+// true, both demo users were printed with passwords that log them in, and
+// there are demo sessions; with demo false, no demo user and no session.
+func wantDemo(t *testing.T, s *models.Store, out string, demo bool) {
+	t.Helper()
+	ctx := context.Background()
+	page, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := s.ListUsers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var demoUsers int
+	for _, u := range users {
+		if strings.HasSuffix(u.Email, "@demo.local") {
+			demoUsers++
+		}
+	}
+	lines := demoLine.FindAllStringSubmatch(out, -1)
+	if !demo {
+		if demoUsers != 0 || len(page.Sessions) != 0 || len(lines) != 0 {
+			t.Fatalf("%d demo users, %d sessions, %d demo password lines on a database that must get no demo data:\n%s",
+				demoUsers, len(page.Sessions), len(lines), out)
+		}
+		return
+	}
+	if demoUsers != 2 || len(lines) != 2 || len(page.Sessions) == 0 {
+		t.Fatalf("%d demo users, %d printed, %d sessions:\n%s", demoUsers, len(lines), len(page.Sessions), out)
+	}
+	for _, l := range lines {
+		u, err := s.Authenticate(ctx, l[1], l[3])
+		if err != nil || string(u.Role) != l[2] {
+			t.Fatalf("printed demo password of %s does not log in: %+v, %v", l[1], u, err)
+		}
+	}
+}
+
+// TestServeDemoOnlyIntoNewDatabase: a database that had users before serve
+// started gets no demo users (nor demo sessions, which need them), even on
+// SQLite and even with no sessions.
+func TestServeDemoOnlyIntoNewDatabase(t *testing.T) {
+	ctx := context.Background()
+	s := openTestStore(t, "sqlite:"+filepath.Join(t.TempDir(), "users.db"))
+	if _, err := s.MigrateUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateUser(ctx, models.CreateUserInput{Email: "ops@example.com", Name: "Ops", Role: models.RoleAdmin,
+		Password: "a real password"}); err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	env := &cliEnv{stderr: &errb, stdout: io.Discard, getenv: func(string) string { return "" },
+		log: slog.New(slog.NewTextHandler(&errb, nil))}
+	if err := prepareServe(ctx, env, s, true); err != nil {
+		t.Fatal(err)
+	}
+	wantDemo(t, s, errb.String(), false)
+	wantContains(t, "log", errb.String(), "no demo data")
 }
 
 func TestServeFlags(t *testing.T) {
@@ -217,6 +282,7 @@ func TestServeFromEmptyDirectory(t *testing.T) {
 	if !passwordLine.MatchString(out) {
 		t.Errorf("no admin password printed:\n%s", out)
 	}
+	wantDemo(t, openTestStore(t, models.DefaultDatabaseURL), out, true)
 	// The demo data went through the real write path, so it verifies clean.
 	s := openTestStore(t, models.DefaultDatabaseURL)
 	page, err := s.ListSessions(context.Background(), models.SessionQuery{Limit: models.MaxSessionsLimit})

@@ -24,7 +24,9 @@ const tokenUsage = `usage:
 
 create prints the token alone on standard output, so that scripts can
 capture it (TOKEN=$(taskpilots token create …)); only its hash is stored.
-revoke by NAME revokes every active token of that name.`
+Names are unique, revoked tokens included: a token's name is its actor
+(token:NAME) in events. create and revoke are recorded in the admin log as
+cli:<your OS user>. LAST USED is written at most once a minute per token.`
 
 func runToken(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 {
@@ -83,7 +85,7 @@ func runTokenCreate(ctx context.Context, env *cliEnv, args []string) error {
 	if len(pos) > 0 {
 		return usageErr("unexpected argument %q (use --name)", pos[0])
 	}
-	secret, t, err := s.CreateToken(ctx, name, models.Role(role))
+	secret, t, err := s.AdminCreateToken(ctx, operator(env), name, models.Role(role))
 	if err != nil {
 		return err
 	}
@@ -128,11 +130,11 @@ func runTokenRevoke(ctx context.Context, env *cliEnv, args []string) error {
 	if len(pos) != 1 {
 		return usageErr("want exactly one token ID or NAME")
 	}
-	n, err := s.RevokeToken(ctx, pos[0])
+	t, err := s.AdminRevokeToken(ctx, operator(env), pos[0])
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.stdout, "revoked %s\n", plural(int(n), "token", "tokens"))
+	fmt.Fprintf(env.stdout, "token %s (id %s) is revoked since %s\n", t.Name, t.ID, nullTime(t.RevokedAt))
 	return nil
 }
 

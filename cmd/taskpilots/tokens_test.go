@@ -58,7 +58,7 @@ func TestTokenCreateListRevoke(t *testing.T) {
 
 		// Revoke by name, then the other by id.
 		r = runCLI(t, vars, "", "token", "revoke", "refund-workers")
-		if r.code != 0 || !strings.Contains(r.stdout, "revoked 1 token") {
+		if r.code != 0 || !strings.Contains(r.stdout, "token refund-workers (id "+tok.ID+") is revoked since ") {
 			t.Fatalf("revoke by name: %d %q", r.code, r.stdout)
 		}
 		if _, err := authenticate(secret); !errors.Is(err, models.ErrUnauthorized) {

@@ -13,76 +13,40 @@ import (
 
 func init() {
 	commands["user"] = command{
-		summary: "create console users, reset their passwords (user create|reset-password)",
+		summary: "create, disable, enable console users and reset their passwords (user create|disable|enable|reset-password)",
 		run:     runUser,
 	}
 }
 
-const userUsage = `usage: taskpilots user create --email EMAIL --name NAME --role agent|reviewer|admin [--password-stdin]
-       taskpilots user reset-password --email EMAIL [--password-stdin] [--must-change=false]
+const userUsage = `usage:
+  taskpilots user create --email EMAIL --name NAME --role agent|reviewer|admin [--password-stdin]
+  taskpilots user disable EMAIL|ID
+  taskpilots user enable EMAIL|ID
+  taskpilots user reset-password EMAIL|ID
 
-Without --password-stdin a password is generated and printed once, alone on
-standard output; with it, the first line of standard input is the password.
-Passwords follow the password policy (12+ characters, hard to guess). A reset
-signs the user out everywhere, and by default they must choose their own
-password at the next sign-in.`
+create without --password-stdin, and reset-password, generate a password and
+print it once, alone on standard output; with --password-stdin the first line
+of standard input is the password; passwords follow the password policy (12
+or more characters, hard to guess). A disabled user cannot log in, and every
+console login of theirs ends. A reset password is a one-time password: the
+user's logins end, and they choose their own at the next sign-in. Every
+change is recorded in the admin log, as the console's are, with the actor
+cli:<your OS user>.`
 
 func runUser(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) > 0 && args[0] == "create" {
-		return runUserCreate(ctx, env, args[1:])
-	}
-	if len(args) > 0 && args[0] == "reset-password" {
-		return runUserReset(ctx, env, args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "create":
+			return runUserCreate(ctx, env, args[1:])
+		case "disable", "enable", "reset-password":
+			return runUserChange(ctx, env, args[0], args[1:])
+		case "-h", "--help", "help":
+			fmt.Fprintln(env.stderr, userUsage)
+			return nil
+		}
 	}
 	fmt.Fprintln(env.stderr, userUsage)
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		return nil
-	}
-	return usageErr("want the action create or reset-password")
-}
-
-// runUserReset gives a user a new password (the way back in for a locked-out
-// admin); models.SetUserPassword checks the policy and revokes the user's
-// logins.
-func runUserReset(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlagSet(env, "user reset-password")
-	dbURL := databaseFlag(env, fs)
-	email := fs.String("email", "", "the user's email address")
-	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of standard input")
-	mustChange := fs.Bool("must-change", true, "make the user choose their own password at the next sign-in")
-	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, userUsage+"\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	password := models.RandomSecret(15)
-	if *fromStdin {
-		pw, err := readPasswordLine(env.stdin)
-		if err != nil {
-			return err
-		}
-		password = pw
-	}
-	s, err := openStore(ctx, env, *dbURL)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if err := s.CheckSchema(ctx); err != nil {
-		return schemaError(err)
-	}
-	u, err := s.SetUserPassword(ctx, *email, password, *mustChange)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(env.stderr, "reset the password of %s <%s>; every browser logged in as them was signed out\n", u.Name, u.Email)
-	if !*fromStdin {
-		fmt.Fprintln(env.stderr, "the generated password follows on standard output; it is shown only this once")
-		fmt.Fprintln(env.stdout, password)
-	}
-	return nil
+	return usageErr("want one of create, disable, enable or reset-password")
 }
 
 func runUserCreate(ctx context.Context, env *cliEnv, args []string) error {
@@ -127,7 +91,7 @@ func runUserCreate(ctx context.Context, env *cliEnv, args []string) error {
 	if err := s.CheckSchema(ctx); err != nil {
 		return schemaError(err)
 	}
-	u, err := s.CreateUser(ctx, in)
+	u, _, err := s.AdminCreateUser(ctx, operator(env), in)
 	if err != nil {
 		return err
 	}
@@ -135,6 +99,53 @@ func runUserCreate(ctx context.Context, env *cliEnv, args []string) error {
 	if generated {
 		fmt.Fprintln(env.stderr, "its generated password follows on standard output; it is shown only this once")
 		fmt.Fprintln(env.stdout, in.Password)
+	}
+	return nil
+}
+
+// runUserChange disables, enables or resets the password of one user,
+// through the same models functions as the console's buttons.
+func runUserChange(ctx context.Context, env *cliEnv, action string, args []string) error {
+	fs := newFlagSet(env, "user "+action)
+	dbURL := databaseFlag(env, fs)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, userUsage+"\n\nflags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("want exactly one user EMAIL or ID")
+	}
+	s, err := openStore(ctx, env, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.CheckSchema(ctx); err != nil {
+		return schemaError(err)
+	}
+	target, err := s.FindUser(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	op := operator(env)
+	switch action {
+	case "disable", "enable":
+		u, err := s.SetUserDisabled(ctx, op, target.ID, action == "disable")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stderr, "%sd user %s <%s> (%s), id %s\n", action, u.Name, u.Email, u.Role, u.ID)
+	case "reset-password":
+		pw, u, err := s.ResetPassword(ctx, op, target.ID)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stderr, "reset the password of %s <%s>; the new one follows on standard output, shown only this once\n", u.Name, u.Email)
+		fmt.Fprintln(env.stdout, pw)
 	}
 	return nil
 }

@@ -23,13 +23,31 @@ import (
 	"github.com/taskpilots/handoff/models"
 )
 
-// The demo console users. The password is fixed and documented so that a
-// fresh demo can be explored at once; it exists only in demo databases.
+// The demo console users. Each gets a random password when Seed creates it,
+// returned once in Result.Accounts for serve to print beside the first
+// admin's: a published password would open every demo database left
+// reachable, and serve seeds only a new embedded SQLite database.
 const (
 	AgentEmail    = "agent@demo.local"
 	ReviewerEmail = "reviewer@demo.local"
-	Password      = "demo-password-1"
 )
+
+// Account is a demo console user that Seed created, with its password,
+// which is stored only as a hash and cannot be shown again.
+type Account struct {
+	Email    string
+	Name     string
+	Role     models.Role
+	Password string
+}
+
+// Result is what Seed created.
+type Result struct {
+	Sessions int
+	// Accounts are the demo users created by this call; a user that
+	// already existed is used as it is and not listed.
+	Accounts []Account
+}
 
 // Queues are the queues the demo sessions delegate to, directly or through
 // Routes; the demo worker (`taskpilots worker`) works them.
@@ -65,15 +83,18 @@ const span = 6 * 24 * time.Hour
 // timeline of a session reads like real work rather than one instant.
 const step = 15 * time.Second
 
-// Seed creates the demo sessions when the database has none and returns how
-// many it created (0 when there were sessions already).
-func Seed(ctx context.Context, s *models.Store) (int, error) {
+// Seed creates the demo users and sessions when the database has no
+// sessions, and returns what it created (nothing when there were sessions
+// already). Whether a database should get demo data at all is the caller's
+// decision (serve: only a new embedded SQLite database).
+func Seed(ctx context.Context, s *models.Store) (Result, error) {
+	var res Result
 	some, err := s.ListSessions(ctx, models.SessionQuery{Limit: 1})
 	if err != nil {
-		return 0, fmt.Errorf("demo: check for sessions: %w", err)
+		return res, fmt.Errorf("demo: check for sessions: %w", err)
 	}
 	if len(some.Sessions) > 0 {
-		return 0, nil
+		return res, nil
 	}
 	orig := s.Now
 	defer func() { s.Now = orig }()
@@ -81,20 +102,21 @@ func Seed(ctx context.Context, s *models.Store) (int, error) {
 	d := &seeder{ctx: ctx, s: s, now: now, clock: now.Add(-span)}
 	s.Now = func() time.Time { return d.clock }
 
-	if d.agent, err = demoUser(ctx, s, AgentEmail, "Alex Agent", models.RoleAgent); err != nil {
-		return 0, err
+	if d.agent, err = demoUser(ctx, s, &res, AgentEmail, "Alex Agent", models.RoleAgent); err != nil {
+		return res, err
 	}
-	if _, err = demoUser(ctx, s, ReviewerEmail, "Riley Reviewer", models.RoleReviewer); err != nil {
-		return 0, err
+	if _, err = demoUser(ctx, s, &res, ReviewerEmail, "Riley Reviewer", models.RoleReviewer); err != nil {
+		return res, err
 	}
 	if err := seedRoutes(ctx, s); err != nil {
-		return 0, err
+		return res, err
 	}
 	d.play()
+	res.Sessions = d.created
 	if d.err != nil {
-		return d.created, fmt.Errorf("demo: %w", d.err)
+		return res, fmt.Errorf("demo: %w", d.err)
 	}
-	return d.created, nil
+	return res, nil
 }
 
 // seedRoutes creates the demo routes that do not exist yet; a route an
@@ -120,8 +142,9 @@ func seedRoutes(ctx context.Context, s *models.Store) error {
 	return nil
 }
 
-// demoUser returns the demo user with this email, creating it if needed.
-func demoUser(ctx context.Context, s *models.Store, email, name string, role models.Role) (models.User, error) {
+// demoUser returns the demo user with this email, creating it with a random
+// password if needed (added to res.Accounts, the one place it is kept).
+func demoUser(ctx context.Context, s *models.Store, res *Result, email, name string, role models.Role) (models.User, error) {
 	var users []models.User
 	if err := s.DB.WithContext(ctx).Where("email = ?", email).Limit(1).Find(&users).Error; err != nil {
 		return models.User{}, fmt.Errorf("demo: find user %s: %w", email, err)
@@ -129,10 +152,13 @@ func demoUser(ctx context.Context, s *models.Store, email, name string, role mod
 	if len(users) == 1 {
 		return users[0], nil
 	}
-	u, err := s.CreateUser(ctx, models.CreateUserInput{Email: email, Name: name, Role: role, Password: Password})
+	// As generated passwords elsewhere: 20 URL-safe characters.
+	password := models.RandomSecret(15)
+	u, err := s.CreateUser(ctx, models.CreateUserInput{Email: email, Name: name, Role: role, Password: password})
 	if err != nil {
 		return models.User{}, fmt.Errorf("demo: create user %s: %w", email, err)
 	}
+	res.Accounts = append(res.Accounts, Account{Email: email, Name: name, Role: role, Password: password})
 	return u, nil
 }
 
@@ -807,3 +833,40 @@ func (d *seeder) play() {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// legacyPassword is the fixed password that releases before random demo
+// passwords gave both demo users, and that their README published. It is
+// kept only to find accounts that still have it (RetireLegacyAccounts).
+const legacyPassword = "demo-password-1"
+
+// RetireLegacyAccounts finds demo users that still have the published
+// password of earlier releases, on any database, gives each a new random
+// password that nobody is shown and disables it, through the admin
+// functions as op, so that the admin log says what happened. An admin who
+// wants such a user back enables it and resets its password in the console.
+// It returns the emails retired.
+func RetireLegacyAccounts(ctx context.Context, s *models.Store, op models.User) ([]string, error) {
+	var retired []string
+	for _, email := range []string{AgentEmail, ReviewerEmail} {
+		u, err := s.FindUser(ctx, email)
+		if models.ErrorCode(err) == models.ENOTFOUND {
+			continue
+		}
+		if err != nil {
+			return retired, fmt.Errorf("demo: %w", err)
+		}
+		if !models.PasswordMatches(u, legacyPassword) {
+			continue
+		}
+		if _, _, err := s.ResetPassword(ctx, op, u.ID); err != nil {
+			return retired, fmt.Errorf("demo: retire %s: %w", email, err)
+		}
+		if !u.Disabled {
+			if _, err := s.SetUserDisabled(ctx, op, u.ID, true); err != nil {
+				return retired, fmt.Errorf("demo: retire %s: %w", email, err)
+			}
+		}
+		retired = append(retired, email)
+	}
+	return retired, nil
+}

@@ -17,10 +17,11 @@ func TestSeed(t *testing.T) {
 		fixed := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 		s.Now = func() time.Time { return fixed }
 
-		n, err := demo.Seed(ctx, s)
+		res, err := demo.Seed(ctx, s)
 		if err != nil {
 			t.Fatalf("seed: %v", err)
 		}
+		n := res.Sessions
 		if n < 24 {
 			t.Fatalf("seeded %d sessions, want at least 24", n)
 		}
@@ -60,17 +61,14 @@ func TestSeed(t *testing.T) {
 
 		checkStories(ctx, t, s)
 
-		// The demo users can log in with the documented password.
-		for _, email := range []string{demo.AgentEmail, demo.ReviewerEmail} {
-			if _, err := s.Authenticate(ctx, email, demo.Password); err != nil {
-				t.Fatalf("log in as %s: %v", email, err)
-			}
-		}
+		// The demo users were created with random passwords, returned once,
+		// which log them in; no two databases share them.
+		checkAccounts(ctx, t, s, res.Accounts)
 
 		// A second seed finds sessions and creates nothing.
 		before, _ := s.CountByStatus(ctx)
-		if n, err := demo.Seed(ctx, s); err != nil || n != 0 {
-			t.Fatalf("second seed = %d, %v", n, err)
+		if again, err := demo.Seed(ctx, s); err != nil || again.Sessions != 0 || len(again.Accounts) != 0 {
+			t.Fatalf("second seed = %+v, %v", again, err)
 		}
 		after, _ := s.CountByStatus(ctx)
 		if len(after) != len(before) {
@@ -82,6 +80,50 @@ func TestSeed(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkAccounts: the demo users are returned with distinct random passwords
+// that log them in with their roles.
+func checkAccounts(ctx context.Context, t *testing.T, s *models.Store, accounts []demo.Account) {
+	t.Helper()
+	if len(accounts) != 2 || accounts[0].Email != demo.AgentEmail || accounts[1].Email != demo.ReviewerEmail {
+		t.Fatalf("demo accounts = %+v", accounts)
+	}
+	if accounts[0].Password == accounts[1].Password {
+		t.Fatalf("the demo users share a password")
+	}
+	for _, a := range accounts {
+		if len(a.Password) < 20 {
+			t.Errorf("%s has a short password %q", a.Email, a.Password)
+		}
+		u, err := s.Authenticate(ctx, a.Email, a.Password)
+		if err != nil || u.Role != a.Role {
+			t.Fatalf("log in as %s: %+v, %v", a.Email, u, err)
+		}
+	}
+}
+
+// TestSeedPasswordsDiffer: two demo databases never share a demo password.
+func TestSeedPasswordsDiffer(t *testing.T) {
+	var seen []demo.Account
+	for i := 0; i < 2; i++ {
+		s := storetest.New(t, models.SQLite)
+		res, err := demo.Seed(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, res.Accounts...)
+	}
+	if len(seen) != 4 {
+		t.Fatalf("accounts %+v", seen)
+	}
+	pw := map[string]bool{}
+	for _, a := range seen {
+		if pw[a.Password] {
+			t.Fatalf("password %q given twice", a.Password)
+		}
+		pw[a.Password] = true
+	}
 }
 
 // checkStories looks at the stories the product's demo must tell.
