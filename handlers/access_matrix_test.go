@@ -94,6 +94,11 @@ var accessMatrix = map[string]routeCase{
 	"POST /login":   {want: access{anonymous: 401, agentUser: 401, reviewUser: 401, adminUser: 401, ctlToken: 403, workToken: 403, adminToken: 403}},
 	"POST /logout":  {want: formAccess(303, 303, 303)},
 
+	// Your account: any signed-in user (an empty form is refused inline).
+	"GET /console/account/password":             {want: pageAccess(200, 200, 200)},
+	"POST /console/account/password":            {want: formAccess(422, 422, 422)},
+	"POST /console/account/sign-out-everywhere": {want: formAccess(303, 303, 303)},
+
 	// The support console.
 	"GET /console":                             {want: pageAccess(200, 403, 200)},
 	"GET /console/inbox":                       {want: pageAccess(200, 403, 200)},
@@ -197,6 +202,25 @@ type matrixEnv struct {
 	cookies map[caller]*browser
 	csrf    map[caller]string
 	tokens  map[caller]string
+	emails  map[caller]string
+}
+
+// endsLogin reports the routes that end the caller's login; they run last,
+// each after a fresh login (relogin).
+func endsLogin(key string) bool {
+	return key == "POST /logout" || key == "POST /console/account/sign-out-everywhere"
+}
+
+// relogin logs every user caller in again where their login ended.
+func (m *matrixEnv) relogin() {
+	m.t.Helper()
+	for c, email := range m.emails {
+		b := m.cookies[c]
+		if b.get("/console/sessions").StatusCode != http.StatusOK {
+			b.mustLogin(email, testPassword)
+		}
+		m.csrf[c] = b.csrf("/console/sessions")
+	}
 }
 
 func newMatrixEnv(t *testing.T, s *models.Store) *matrixEnv {
@@ -211,13 +235,13 @@ func newMatrixEnv(t *testing.T, s *models.Store) *matrixEnv {
 	}
 	// API exchanges are validated against the OpenAPI document.
 	srv := apicontract.Server(t, h)
-	m := &matrixEnv{t: t, e: e, srv: srv, cookies: map[caller]*browser{}, csrf: map[caller]string{}, tokens: map[caller]string{}}
+	m := &matrixEnv{t: t, e: e, srv: srv, cookies: map[caller]*browser{}, csrf: map[caller]string{}, tokens: map[caller]string{}, emails: map[caller]string{}}
 	base := &browser{t: t, s: s, srv: srv, client: newClient(t)}
 	m.cookies[anonymous] = base
 	m.csrf[anonymous] = base.csrf("/login")
 	for c, role := range map[caller]models.Role{agentUser: models.RoleAgent, reviewUser: models.RoleReviewer, adminUser: models.RoleAdmin} {
-		b, _ := agent(t, base, "Matrix "+string(c), role)
-		m.cookies[c] = b
+		b, u := agent(t, base, "Matrix "+string(c), role)
+		m.cookies[c], m.emails[c] = b, u.Email
 		m.csrf[c] = b.csrf("/console/sessions")
 	}
 	for c, role := range map[caller]models.Role{ctlToken: models.RoleController, workToken: models.RoleWorker, adminToken: models.RoleAdmin} {
@@ -271,7 +295,8 @@ func (m *matrixEnv) call(c caller, method, path string, noCSRF bool) int {
 }
 
 // routes lists the server's routes as "METHOD path", without Echo's
-// not-found catch-alls; logout comes last, since it ends the login.
+// not-found catch-alls; logout and sign out everywhere come last, since
+// they end the login.
 func (m *matrixEnv) routes() []string {
 	var out []string
 	for _, r := range m.e.Routes() {
@@ -281,8 +306,8 @@ func (m *matrixEnv) routes() []string {
 		out = append(out, r.Method+" "+r.Path)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if (out[i] == "POST /logout") != (out[j] == "POST /logout") {
-			return out[j] == "POST /logout"
+		if endsLogin(out[i]) != endsLogin(out[j]) {
+			return endsLogin(out[j])
 		}
 		return out[i] < out[j]
 	})
@@ -304,6 +329,9 @@ func TestAccessMatrix(t *testing.T) {
 			method, path, _ := strings.Cut(key, " ")
 			if rc.path != "" {
 				path = rc.path
+			}
+			if endsLogin(key) {
+				m.relogin()
 			}
 			for _, c := range callers {
 				want, ok := rc.want[c]

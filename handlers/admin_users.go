@@ -119,7 +119,7 @@ func AdminUserAction(s *models.Store, action string) echo.HandlerFunc {
 			pw, u, err = s.ResetPassword(ctx, admin, id)
 			if err == nil {
 				return renderUsers(c, s, http.StatusOK, views.AdminUsersData{
-					Secret: &views.Secret{Label: "New password", For: u.Email, Value: pw},
+					Secret: &views.Secret{Label: "One-time password", For: u.Email, Value: pw},
 				})
 			}
 		default:

@@ -76,10 +76,15 @@ func renderWith(ctx context.Context, c echo.Context, status int, t templ.Compone
 	return t.Render(ctx, c.Response().Writer)
 }
 
-// login is the browser's login session, loaded by Auth.LoadUser.
+// login is the browser's login, loaded by Auth.LoadUser: the login cookie,
+// the flash cookie, and the server-side login when there is one.
 type login struct {
 	store   sessions.Store
 	session *sessions.Session
+	flashes *sessions.Session
+	// record is the login that holds (nil: anonymous); secret its cookie's.
+	record *models.Login
+	secret string
 }
 
 // save writes the login cookie.
@@ -104,17 +109,17 @@ func AddFlash(c echo.Context, b views.Banner) error {
 	if l == nil {
 		return nil
 	}
-	l.session.AddFlash(b.Kind + flashSep + b.Text)
-	return l.save(c)
+	l.flashes.AddFlash(b.Kind + flashSep + b.Text)
+	return l.store.Save(c.Request(), c.Response().Writer, l.flashes)
 }
 
 // popFlashes returns and clears the pending flashes.
 func popFlashes(c echo.Context) []views.Banner {
 	l := loginOf(c)
-	if l == nil || len(l.session.Values) == 0 {
+	if l == nil || len(l.flashes.Values) == 0 {
 		return nil
 	}
-	raw := l.session.Flashes()
+	raw := l.flashes.Flashes()
 	if len(raw) == 0 {
 		return nil
 	}
@@ -128,19 +133,23 @@ func popFlashes(c echo.Context) []views.Banner {
 		out = append(out, views.Banner{Kind: kind, Text: text})
 	}
 	// Best effort: a flash shown twice is better than a page that fails.
-	_ = l.save(c)
+	_ = l.store.Save(c.Request(), c.Response().Writer, l.flashes)
 	return out
 }
 
 // RequireUser lets through logged-in users with one of roles (any role when
 // none is given; admins always). Anonymous browsers are sent to the login
-// page and come back afterwards; users with another role get 403.
+// page and come back afterwards; users with another role get 403. A user
+// who must change their password is sent to the account page first.
 func RequireUser(roles ...models.Role) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			u := CurrentUser(c)
 			if u == nil {
 				return redirectToLogin(c)
+			}
+			if u.MustChangePassword {
+				return redirectTo(c, passwordPageURL(pageURI(c)))
 			}
 			if !Allowed(u, roles...) {
 				return echo.NewHTTPError(http.StatusForbidden, "Your role ("+string(u.Role)+") does not give access to this page.")
@@ -167,15 +176,41 @@ func Allowed(u *models.User, roles ...models.Role) bool {
 	return false
 }
 
+// RequireSignedIn lets through any logged-in user, even one who must change
+// their password: the account page's own routes.
+func RequireSignedIn() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if CurrentUser(c) == nil {
+				return redirectToLogin(c)
+			}
+			return next(c)
+		}
+	}
+}
+
+// pageURI is the request's URI when it is a page load (GET), to come back to.
+func pageURI(c echo.Context) string {
+	r := c.Request()
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return r.URL.RequestURI()
+	}
+	return ""
+}
+
 // redirectToLogin sends an anonymous browser to /login, remembering where
 // it was going when that was a page (GET).
 func redirectToLogin(c echo.Context) error {
 	target := "/login"
-	r := c.Request()
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		target += "?next=" + url.QueryEscape(r.URL.RequestURI())
+	if next := pageURI(c); next != "" {
+		target += "?next=" + url.QueryEscape(next)
 	}
-	if r.Header.Get("HX-Request") == "true" {
+	return redirectTo(c, target)
+}
+
+// redirectTo sends the browser to target with a full page load.
+func redirectTo(c echo.Context, target string) error {
+	if c.Request().Header.Get("HX-Request") == "true" {
 		// htmx follows HX-Redirect with a full page load; a 303 would only
 		// swap the login page into a fragment.
 		c.Response().Header().Set("HX-Redirect", target)

@@ -244,6 +244,12 @@ func (s *Store) changeUser(ctx context.Context, admin User, id, action string, c
 		if err := tx.Model(&User{}).Where("id = ?", id).Updates(cols).Error; err != nil {
 			return fmt.Errorf("%s %s: %w", action, id, err)
 		}
+		if action == AdminUserDisable || action == AdminUserPassword {
+			// In the same transaction: no login outlives the change.
+			if _, err := revokeLogins(tx, id, s.now()); err != nil {
+				return err
+			}
+		}
 		after := any(u.View())
 		if action == AdminUserPassword {
 			// The audit says that the password changed, never what it is.
@@ -256,7 +262,8 @@ func (s *Store) changeUser(ctx context.Context, admin User, id, action string, c
 }
 
 // SetUserDisabled disables or enables a user. A disabled user cannot log in,
-// and a browser still logged in as them is logged out on its next request.
+// and every login of theirs is revoked: enabling them again does not bring
+// an old login back.
 func (s *Store) SetUserDisabled(ctx context.Context, admin User, id string, disabled bool) (User, error) {
 	action := AdminUserEnable
 	if disabled {
@@ -280,16 +287,21 @@ func (s *Store) SetUserRole(ctx context.Context, admin User, id string, role Rol
 }
 
 // ResetPassword gives a user a new generated password and returns it; it is
-// not stored and cannot be shown again.
+// not stored and cannot be shown again. Every login of the user is revoked,
+// and since the admin saw the password, the user must choose their own at
+// the next sign-in.
 func (s *Store) ResetPassword(ctx context.Context, admin User, id string) (string, User, error) {
 	password := RandomSecret(15)
+	if err := CheckPassword("password", password); err != nil {
+		return "", User{}, fmt.Errorf("generated password: %w", err)
+	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), BcryptCost)
 	if err != nil {
 		return "", User{}, fmt.Errorf("hash password: %w", err)
 	}
 	u, err := s.changeUser(ctx, admin, id, AdminUserPassword, func(u *User) (map[string]any, error) {
-		u.PasswordHash = string(hash)
-		return map[string]any{"password_hash": string(hash)}, nil
+		u.PasswordHash, u.MustChangePassword = string(hash), true
+		return map[string]any{"password_hash": string(hash), "must_change_password": true}, nil
 	})
 	if err != nil {
 		return "", User{}, err

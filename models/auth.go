@@ -52,8 +52,12 @@ type User struct {
 	Role         Role
 	PasswordHash string
 	Disabled     bool
-	CreatedAt    UTCTime
-	UpdatedAt    UTCTime
+	// MustChangePassword is set when someone else saw the password (the
+	// generated first admin's, an admin's reset): every console page sends
+	// the user to change it until they do.
+	MustChangePassword bool
+	CreatedAt          UTCTime
+	UpdatedAt          UTCTime
 	// operator is set only by CLIOperator: the person at the command line,
 	// who has no account (see admin.go).
 	operator string `gorm:"-"`
@@ -69,9 +73,6 @@ func (u User) Actor() string {
 	}
 	return "user:" + u.ID
 }
-
-// MinPasswordLen is the shortest password accepted.
-const MinPasswordLen = 10
 
 // CreateUserInput creates a console user.
 type CreateUserInput struct {
@@ -94,10 +95,8 @@ func (in CreateUserInput) Validate() error {
 	if !roleIn(in.Role, UserRoles) {
 		v.Add("role", "must be one of agent, reviewer, admin")
 	}
-	if len(in.Password) < MinPasswordLen {
-		v.Add("password", "must be at least %d characters", MinPasswordLen)
-	} else if len(in.Password) > 72 {
-		v.Add("password", "must be at most 72 bytes")
+	if !HasNUL(in.Password) { // CheckNUL said it already
+		checkPassword(v, "password", in.Password, in.Email, in.Name)
 	}
 	return v.Err()
 }
@@ -151,15 +150,19 @@ func insertUser(db *gorm.DB, u User) error {
 // ErrBadCredentials is a failed login; it does not say which part was wrong.
 var ErrBadCredentials = fmt.Errorf("%w: wrong email or password", ErrUnauthorized)
 
-// dummyHash keeps a login for an unknown email as slow as for a known one.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("timing-equaliser"), bcrypt.DefaultCost)
+// dummyHash keeps a login for an unknown email as slow as for a known one:
+// made at first use, at the cost real hashes are made with (BcryptCost).
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("timing-equaliser"), BcryptCost)
+	return h
+})
 
 // Authenticate checks an email and password.
 func (s *Store) Authenticate(ctx context.Context, email, password string) (User, error) {
 	if HasNUL(email) {
 		// No account has such an email (CreateUserInput refuses NUL), and
 		// PostgreSQL cannot compare it: a failed login like any other.
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(password))
 		return User{}, ErrBadCredentials
 	}
 	var users []User
@@ -167,7 +170,7 @@ func (s *Store) Authenticate(ctx context.Context, email, password string) (User,
 		return User{}, fmt.Errorf("authenticate: %w", err)
 	}
 	if len(users) == 0 {
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(password))
 		return User{}, ErrBadCredentials
 	}
 	u := users[0]
@@ -341,13 +344,20 @@ func (s *Store) touchToken(ctx context.Context, t APIToken) {
 
 // EnsureAdmin creates an admin user when there are no users at all, and
 // returns its email and password (shown once); ok is false when users exist.
+// The admin must change the password at the first sign-in.
 func (s *Store) EnsureAdmin(ctx context.Context) (email, password string, ok bool, err error) {
 	n, err := s.CountUsers(ctx)
 	if err != nil || n > 0 {
 		return "", "", false, err
 	}
 	password = RandomSecret(15)
-	_, err = s.CreateUser(ctx, CreateUserInput{Email: "admin@localhost.localdomain", Name: "Admin", Role: RoleAdmin, Password: password})
+	u, err := s.newUser(CreateUserInput{Email: "admin@localhost.localdomain", Name: "Admin", Role: RoleAdmin, Password: password})
+	if err == nil {
+		// The password went through a terminal, maybe a log collector:
+		// the admin replaces it at the first sign-in.
+		u.MustChangePassword = true
+		err = insertUser(s.DB.WithContext(ctx), u)
+	}
 	if err != nil {
 		var ve *ValidationError
 		if errors.As(err, &ve) {

@@ -158,52 +158,6 @@ func bodyLimit(limit int64) echo.MiddlewareFunc {
 	return middleware.BodyLimit(fmt.Sprintf("%dB", limit))
 }
 
-// csrf protects every state-changing browser request: the token lives in a
-// cookie and comes back in the form field _csrf or the X-CSRF-Token header
-// (htmx; static/app.js adds it). Browsers that send Sec-Fetch-Site are
-// checked by it instead. The bearer-token API is exempt: browsers do not
-// attach bearer tokens by themselves, so it cannot be forged cross-site.
-//
-// Echo's "form:" lookup reads the query string too (Request.Form merges it),
-// and a token in a URL leaks through logs, history and Referer headers; so a
-// state-changing request that carries _csrf in its query is refused before
-// the token is looked up, and only the body or the header can supply it.
-func csrf(trustProxy bool) echo.MiddlewareFunc {
-	mk := func(secure bool) echo.MiddlewareFunc {
-		return middleware.CSRFWithConfig(middleware.CSRFConfig{
-			Skipper:        isMachinePath,
-			TokenLookup:    "form:" + csrfField + ",header:" + echo.HeaderXCSRFToken,
-			ContextKey:     handlers.CSRFContextKey,
-			CookieName:     "taskpilots_csrf",
-			CookiePath:     "/",
-			CookieMaxAge:   int((12 * time.Hour) / time.Second),
-			CookieHTTPOnly: true,
-			CookieSecure:   secure,
-			CookieSameSite: http.SameSiteLaxMode,
-			AllowSecFetchSiteFunc: func(c echo.Context) (bool, error) {
-				if c.Request().Header.Get(echo.HeaderSecFetchSite) == "same-site" {
-					return false, nil // a sibling subdomain: fall back to the token
-				}
-				return false, handlers.ErrCSRF
-			},
-			ErrorHandler: func(error, echo.Context) error { return handlers.ErrCSRF },
-		})
-	}
-	plain, secure := mk(false), mk(true)
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		p, s := plain(next), secure(next)
-		return func(c echo.Context) error {
-			if r := c.Request(); !isMachinePath(c) && !safeMethod(r.Method) && r.URL.Query().Has(csrfField) {
-				return handlers.ErrCSRF
-			}
-			if isHTTPS(c.Request(), trustProxy) {
-				return s(c)
-			}
-			return p(c)
-		}
-	}
-}
-
 // rejectNUL refuses a NUL character (U+0000) in the path or the query string
 // of any request: PostgreSQL cannot compare or store NUL, so without this a
 // NUL in an id or a filter was a 500 on PostgreSQL. An id with NUL names
@@ -244,15 +198,6 @@ func checkValues(v *models.ValidationError, vals url.Values) {
 			}
 		}
 	}
-}
-
-// csrfField is the form field that carries the CSRF token.
-const csrfField = "_csrf"
-
-// safeMethod reports the methods the CSRF check lets through (they must not
-// change state).
-func safeMethod(m string) bool {
-	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace
 }
 
 // headAsGet answers HEAD like GET without the body (Echo routes HEAD only

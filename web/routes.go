@@ -35,6 +35,12 @@ func routes(e *echo.Echo, s *models.Store, cfg Config, auth *handlers.Auth, m *m
 	e.GET("/login", auth.LoginForm)
 	e.POST("/login", auth.Login)
 	e.POST("/logout", auth.Logout)
+	// The account page: any signed-in user, even one who must change their
+	// password first (every other console page sends them here).
+	account := handlers.RequireSignedIn()
+	e.GET(handlers.PasswordPath, auth.PasswordPage, account)
+	e.POST(handlers.PasswordPath, auth.ChangePassword, account)
+	e.POST("/console/account/sign-out-everywhere", auth.SignOutEverywhere, account)
 
 	console := e.Group("/console", handlers.RequireUser())
 	console.GET("/sessions", handlers.SessionsPage(s))

@@ -47,11 +47,19 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown; default 15s.
 	ShutdownTimeout time.Duration
 	// LoginFailuresPerAccount and LoginFailuresPerAddress are the failed
-	// logins allowed per LoginWindow before login answers 429; defaults 5
-	// and 20 (an office behind one address has several people) per 15 min.
+	// logins free of delay per account from one address and per address;
+	// defaults 5 and 20 (an office behind one address has several people).
+	// Beyond them each failure doubles the wait (from 1s, up to
+	// LoginWindow), and login answers 429 while it runs. A key quiet for
+	// LoginWindow (default 15 min) after its wait is forgotten. The counts
+	// live in the database: every replica sees them (models.ThrottlePolicy).
 	LoginFailuresPerAccount int
 	LoginFailuresPerAddress int
 	LoginWindow             time.Duration
+	// LoginIdleTimeout ends a browser login unused this long (default 8h);
+	// LoginLifetime ends it this long after sign-in (default 7 days).
+	LoginIdleTimeout time.Duration
+	LoginLifetime    time.Duration
 	// Logger receives the server's logs; default slog.Default().
 	Logger *slog.Logger
 	// Reviews configures the review queue: the share of items scored twice
@@ -79,7 +87,9 @@ const (
 	DefaultBodyLimit       = 1 << 20
 	DefaultMaintainEvery   = 500 * time.Millisecond
 	DefaultShutdownTimeout = 15 * time.Second
-	DefaultLoginWindow     = 15 * time.Minute
+	DefaultLoginWindow     = models.DefaultLoginWindow
+	DefaultLoginIdle       = models.DefaultLoginIdleTimeout
+	DefaultLoginLifetime   = models.DefaultLoginLifetime
 	DefaultCheckpointEvery = 10 * time.Minute
 )
 
@@ -108,6 +118,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LoginWindow <= 0 {
 		c.LoginWindow = DefaultLoginWindow
+	}
+	if c.LoginIdleTimeout <= 0 {
+		c.LoginIdleTimeout = DefaultLoginIdle
+	}
+	if c.LoginLifetime <= 0 {
+		c.LoginLifetime = DefaultLoginLifetime
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -156,17 +172,20 @@ func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
 		e.IPExtractor = echo.ExtractIPDirect()
 	}
 
-	cookies, err := newCookieStore(cfg.SessionKey, log)
+	logins := models.LoginPolicy{IdleTimeout: cfg.LoginIdleTimeout, Lifetime: cfg.LoginLifetime}.WithDefaults()
+	cookies, err := newCookieStore(cfg.SessionKey, logins.Lifetime, log)
 	if err != nil {
 		return nil, err
 	}
 	secure := func(r *http.Request) bool { return isHTTPS(r, cfg.TrustProxy) }
 	auth := &handlers.Auth{
-		Store:    s,
-		Cookies:  cookies,
-		Throttle: handlers.NewLoginThrottle(cfg.LoginFailuresPerAccount, cfg.LoginFailuresPerAddress, cfg.LoginWindow, nil),
-		Secure:   secure,
-		Log:      log,
+		Store:   s,
+		Cookies: cookies,
+		Logins:  logins,
+		Throttle: models.ThrottlePolicy{FreePerPair: cfg.LoginFailuresPerAccount,
+			FreePerAddress: cfg.LoginFailuresPerAddress, Window: cfg.LoginWindow}.WithDefaults(),
+		Secure: secure,
+		Log:    log,
 	}
 	m := newMetrics(s)
 
@@ -179,8 +198,9 @@ func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
 		recoverPanics(log),
 		bodyLimit(cfg.BodyLimit),
 		rejectNUL(),
-		csrf(cfg.TrustProxy),
+		// The login first: its CSRF token is the one that counts.
 		skipFor(auth.LoadUser(), isMachinePath),
+		skipFor(auth.CSRF(), isMachinePath),
 	)
 	routes(e, s, cfg, auth, m)
 	return e, nil
@@ -188,7 +208,7 @@ func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
 
 // newCookieStore returns the login cookie store. Separate keys for signing
 // and encryption are derived from the one configured secret.
-func newCookieStore(secret string, log *slog.Logger) (*sessions.CookieStore, error) {
+func newCookieStore(secret string, lifetime time.Duration, log *slog.Logger) (*sessions.CookieStore, error) {
 	if secret == "" {
 		secret = models.RandomSecret(32)
 		log.Warn("TASKPILOTS_SESSION_KEY is not set: using a random key, so logins will not survive a restart " +
@@ -207,7 +227,9 @@ func newCookieStore(secret string, log *slog.Logger) (*sessions.CookieStore, err
 		HttpOnly: true,
 		SameSite: http.SameSiteLaxMode,
 	}
-	store.MaxAge(int(handlers.LoginMaxAge / time.Second))
+	// securecookie refuses a cookie older than this whatever the browser
+	// says; the server-side login ends sooner when idle or revoked.
+	store.MaxAge(int(lifetime / time.Second))
 	return store, nil
 }
 

@@ -70,12 +70,17 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"how often a waiting lease long poll looks at its queue when nothing woke it; new work wakes it at once (env TASKPILOTS_LEASE_RECHECK)")
 	fs.DurationVar(&o.web.ShutdownTimeout, "shutdown-timeout", d.Duration("TASKPILOTS_SHUTDOWN_TIMEOUT", web.DefaultShutdownTimeout),
 		"how long a graceful shutdown may take (env TASKPILOTS_SHUTDOWN_TIMEOUT)")
-	fs.IntVar(&o.web.LoginFailuresPerAccount, "login-failures-per-account", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT", 5),
-		"failed logins per account within --login-window before login answers 429 (env TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT)")
-	fs.IntVar(&o.web.LoginFailuresPerAddress, "login-failures-per-address", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ADDRESS", 20),
-		"failed logins per client address within --login-window before 429 (env TASKPILOTS_LOGIN_FAILURES_PER_ADDRESS)")
+	fs.IntVar(&o.web.LoginFailuresPerAccount, "login-failures-per-account", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT", models.DefaultLoginFreePerPair),
+		"failed logins per account from one client address before each further one doubles the wait, from 1s; "+
+			"other addresses are not slowed (env TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT)")
+	fs.IntVar(&o.web.LoginFailuresPerAddress, "login-failures-per-address", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ADDRESS", models.DefaultLoginFreePerAddress),
+		"failed logins per client address, any account, before waits start (env TASKPILOTS_LOGIN_FAILURES_PER_ADDRESS)")
 	fs.DurationVar(&o.web.LoginWindow, "login-window", d.Duration("TASKPILOTS_LOGIN_WINDOW", web.DefaultLoginWindow),
-		"window over which failed logins are counted (env TASKPILOTS_LOGIN_WINDOW)")
+		"longest wait after failed logins, and the quiet time after which failures are forgotten (env TASKPILOTS_LOGIN_WINDOW)")
+	fs.DurationVar(&o.web.LoginIdleTimeout, "login-idle-timeout", d.Duration("TASKPILOTS_LOGIN_IDLE_TIMEOUT", web.DefaultLoginIdle),
+		"a browser login unused this long ends (env TASKPILOTS_LOGIN_IDLE_TIMEOUT)")
+	fs.DurationVar(&o.web.LoginLifetime, "login-lifetime", d.Duration("TASKPILOTS_LOGIN_LIFETIME", web.DefaultLoginLifetime),
+		"a browser login ends this long after sign-in, however busy (env TASKPILOTS_LOGIN_LIFETIME)")
 	fs.Float64Var(&o.reviewDoubleShare, "review-double-share", d.Float64("TASKPILOTS_REVIEW_DOUBLE_SHARE", models.DefaultReviewDoubleShare),
 		"share of escalations scored by two reviewers, 0 to 1 (env TASKPILOTS_REVIEW_DOUBLE_SHARE)")
 	fs.DurationVar(&o.web.Reviews.ClaimTTL, "review-claim-ttl", d.Duration("TASKPILOTS_REVIEW_CLAIM_TTL", models.DefaultReviewClaimTTL),
@@ -114,6 +119,9 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.web.LoginFailuresPerAccount < 1 || o.web.LoginFailuresPerAddress < 1 {
 		v.Add("login-failures-per-account/-address", "must be at least 1")
 	}
+	if o.web.LoginIdleTimeout > o.web.LoginLifetime {
+		v.Add("login-idle-timeout", "must not be longer than --login-lifetime")
+	}
 	if o.reviewDoubleShare < 0 || o.reviewDoubleShare > 1 {
 		v.Add("review-double-share", "must be between 0 and 1")
 	}
@@ -130,7 +138,8 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	}
 	for name, dur := range map[string]time.Duration{"maintain-every": o.web.MaintainEvery, "lease-wait-max": o.web.LeaseWaitMax,
 		"lease-recheck":    o.leaseRecheck,
-		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow, "review-claim-ttl": o.web.Reviews.ClaimTTL} {
+		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow, "review-claim-ttl": o.web.Reviews.ClaimTTL,
+		"login-idle-timeout": o.web.LoginIdleTimeout, "login-lifetime": o.web.LoginLifetime} {
 		if dur <= 0 {
 			v.Add(name, "must be a positive duration")
 		}
@@ -189,13 +198,17 @@ func prepareServe(ctx context.Context, env *cliEnv, s *models.Store, withDemo bo
 		return fmt.Errorf("create the first admin user: %w", err)
 	}
 	if created {
-		// Printed once, on stderr only: the password is not stored in clear
-		// anywhere, so this is the user's one chance to copy it.
+		// Printed once, to the terminal (stderr), never through the
+		// structured logger, whose lines may be shipped to and kept in log
+		// files: the password is not stored in clear anywhere, so this is
+		// the user's one chance to copy it, and it must be replaced at the
+		// first sign-in (models.EnsureAdmin sets must_change_password).
 		line := strings.Repeat("=", 66)
 		fmt.Fprintf(env.stderr, "\n%s\n  Created the first admin user of this database.\n\n"+
 			"    email:    %s\n    password: %s\n\n"+
-			"  The password is shown only this once: copy it now. Log in to the\n"+
-			"  console with it; `taskpilots user create` adds more users.\n%s\n\n",
+			"  The password is shown only this once: copy it now. It is a\n"+
+			"  one-time password: the console asks you to choose your own at\n"+
+			"  the first sign-in. `taskpilots user create` adds more users.\n%s\n\n",
 			line, email, password, line)
 	}
 	// Earlier releases gave the demo users a published password, on any

@@ -64,9 +64,9 @@ func TestPrepareServe(t *testing.T) {
 	eachURL(t, func(t *testing.T, dbURL string) {
 		ctx := context.Background()
 		s := openTestStore(t, dbURL)
-		var errb bytes.Buffer
+		var errb, logb bytes.Buffer
 		env := &cliEnv{stderr: &errb, stdout: &bytes.Buffer{}, getenv: func(string) string { return "" },
-			log: slog.New(slog.NewTextHandler(&errb, nil))}
+			log: slog.New(slog.NewTextHandler(&logb, nil))}
 		if err := prepareServe(ctx, env, s, true); err != nil {
 			t.Fatalf("prepareServe: %v", err)
 		}
@@ -81,13 +81,25 @@ func TestPrepareServe(t *testing.T) {
 		if err != nil || u.Role != "admin" {
 			t.Fatalf("printed admin password does not log in: %+v, %v", u, err)
 		}
-		wantDemo(t, s, errb.String(), s.Dialect == models.SQLite)
+		// Printed once, to the terminal: never through the logger, whose
+		// lines end up in log files; and it must be changed at once.
+		if n := strings.Count(errb.String(), m[1]); n != 1 {
+			t.Errorf("password printed %d times on stderr", n)
+		}
+		if strings.Contains(logb.String(), m[1]) {
+			t.Errorf("password written through the logger:\n%s", logb.String())
+		}
+		if !u.MustChangePassword || !strings.Contains(errb.String(), "choose your own") {
+			t.Errorf("first admin: must change %v; the note says:\n%s", u.MustChangePassword, errb.String())
+		}
+		wantDemo(t, s, errb.String()+logb.String(), s.Dialect == models.SQLite)
 
 		errb.Reset()
+		logb.Reset()
 		if err := prepareServe(ctx, env, s, true); err != nil {
 			t.Fatalf("second prepareServe: %v", err)
 		}
-		if strings.Contains(errb.String(), "password") {
+		if strings.Contains(errb.String()+logb.String(), "password") {
 			t.Fatalf("second start printed a password again:\n%s", errb.String())
 		}
 	})

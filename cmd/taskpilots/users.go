@@ -26,9 +26,12 @@ const userUsage = `usage:
 
 create without --password-stdin, and reset-password, generate a password and
 print it once, alone on standard output; with --password-stdin the first line
-of standard input is the password. A disabled user cannot log in and is
-logged out of the console. Every change is recorded in the admin log, as the
-console's are, with the actor cli:<your OS user>.`
+of standard input is the password; passwords follow the password policy (12
+or more characters, hard to guess). A disabled user cannot log in, and every
+console login of theirs ends. A reset password is a one-time password: the
+user's logins end, and they choose their own at the next sign-in. Every
+change is recorded in the admin log, as the console's are, with the actor
+cli:<your OS user>.`
 
 func runUser(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 {

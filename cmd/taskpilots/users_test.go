@@ -69,3 +69,42 @@ func TestUserCreateValidation(t *testing.T) {
 		t.Fatalf("empty stdin: %d %q", r.code, r.stderr)
 	}
 }
+
+// TestUserResetPasswordEndsLogins: the CLI's reset (models.ResetPassword,
+// as the console's) signs the user out everywhere and gives a one-time
+// password; the CLI's create refuses a weak password (the one policy).
+func TestUserResetPasswordEndsLogins(t *testing.T) {
+	eachURL(t, func(t *testing.T, dbURL string) {
+		ctx := context.Background()
+		migratedURL(t, dbURL)
+		vars := map[string]string{"TASKPILOTS_DATABASE_URL": dbURL}
+		s := openTestStore(t, dbURL)
+		u, err := s.CreateUser(ctx, models.CreateUserInput{Email: "dana@example.com", Name: "Dana", Role: models.RoleAdmin, Password: "correct horse battery"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret, _, err := s.StartLogin(ctx, u.ID, models.LoginMeta{}, models.LoginPolicy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		r := runCLI(t, vars, "", "user", "reset-password", "dana@example.com")
+		if r.code != 0 {
+			t.Fatalf("reset exited %d: %s", r.code, r.stderr)
+		}
+		pw := strings.TrimSuffix(r.stdout, "\n")
+		got, err := s.Authenticate(ctx, "dana@example.com", pw)
+		if err != nil || !got.MustChangePassword {
+			t.Fatalf("after reset: %+v %v; want the printed password, to be changed at sign-in", got, err)
+		}
+		if _, _, err := s.ResumeLogin(ctx, secret, models.LoginPolicy{}); err == nil {
+			t.Fatal("the user's login survived the reset")
+		}
+
+		r = runCLI(t, vars, "password1234\n", "user", "create",
+			"--email", "weak@example.com", "--name", "Weak", "--role", "agent", "--password-stdin")
+		if r.code != 1 || !strings.Contains(r.stderr, "password: is too easy to guess") {
+			t.Fatalf("weak password: exit %d %q", r.code, r.stderr)
+		}
+	})
+}
