@@ -346,10 +346,15 @@ func (s *Store) executeDecision(ctx context.Context, t takeover, cmd Command) (O
 	if err != nil {
 		return Outcome{}, err
 	}
-	if row.Status != StatusEscalated || !decisionAction(t.action) {
-		return s.Execute(ctx, cmd)
-	}
 	actor := t.user.Actor()
+	if row.Status != StatusEscalated || !decisionAction(t.action) {
+		out, err := s.Execute(ctx, cmd)
+		if err != nil {
+			// A stale form on a session someone else claimed since says who.
+			return out, s.explainClaimed(ctx, t.sessionID, actor, err)
+		}
+		return out, nil
+	}
 	decision := cmd
 	claim := Command{
 		SessionID: t.sessionID, Type: EventHumanClaimed, Actor: actor, ExpectedVersion: cmd.ExpectedVersion,
