@@ -51,7 +51,7 @@ func TestDecideInTwoInteractions(t *testing.T) {
 	e.openFromInbox(t, ctx, id)
 	run(t, ctx,
 		chromedp.SendKeys(`#complete-resolution`, "Refund approved within policy"), // 1
-		chromedp.Click(`[data-testid="action-complete"] button.btn-primary`),      // 2
+		chromedp.Click(`[data-testid="action-complete"] button.btn-primary`),       // 2
 		chromedp.WaitVisible(`[data-testid="event-row"][data-type="human.completed"]`),
 	)
 	if st := e.state(t, id); st.Status != models.StatusCompleted || st.Outcome != "Refund approved within policy" {
