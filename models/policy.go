@@ -145,11 +145,11 @@ func takeoverPolicy(a TakeoverAction, u User, st State) (refusal, string) {
 		}
 		return allowed, ""
 	case a == ActForceRelease:
-		if !held {
-			return refusedState, "nobody holds the session"
-		}
 		if !admin {
 			return refusedRole, "only an admin can force a release"
+		}
+		if !held {
+			return refusedState, "nobody holds the session"
 		}
 		if self {
 			return refusedState, "you hold it: release it instead"
@@ -242,6 +242,16 @@ func policyProbeStates(Role) []State {
 		}
 	}
 	return out
+}
+
+// roleError is the policy's answer for u and a before the session is read:
+// ErrForbidden when u's role (or a disabled account) rules a out in every
+// state, nil otherwise (the state is checked under the lock).
+func roleError(a TakeoverAction, sessionID string, u User) error {
+	if r, why := takeoverPolicy(a, u, State{}); r == refusedRole {
+		return fmt.Errorf("%s on session %s by %s (%s): %s: %w", a, sessionID, u.Email, u.Role, why, ErrForbidden)
+	}
+	return nil
 }
 
 // policyError turns a refusal into the error the commands return.
@@ -343,8 +353,8 @@ func (s *Store) ControlSession(ctx context.Context, sessionID string, u User, a 
 	}
 	// The role part of the policy does not depend on the state; the
 	// status part is the transition table, which Execute checks.
-	if r, why := takeoverPolicy(a, u, State{Status: StatusOpen}); r == refusedRole {
-		return Outcome{}, fmt.Errorf("%s on session %s by %s (%s): %s: %w", a, sessionID, u.Email, u.Role, why, ErrForbidden)
+	if err := roleError(a, sessionID, u); err != nil {
+		return Outcome{}, err
 	}
 	v := &ValidationError{}
 	validateText(v, "reason", in.Reason, false)

@@ -21,7 +21,9 @@ import (
 //	                         └─ complete / reject ─▶ completed / rejected
 //
 // While a session is human_active only its assignee, or an admin, may act on
-// it; everybody else gets ErrForbidden.
+// it; everybody else gets ErrForbidden. A decision on an escalated session
+// nobody holds claims it in the same transaction. Who may do what is the
+// takeover policy (policy.go), checked again under the session lock.
 
 // MaxNoteLen bounds a human's free text (notes, resolutions, reasons).
 const MaxNoteLen = 4000
@@ -288,8 +290,8 @@ type takeover struct {
 // check and may compute the payload from the current state.
 func (s *Store) takeoverCommand(t takeover, typ EventType, idemKey string, expected *int64, payload any,
 	prepare func(tx *Tx, cur State) (any, error)) (Command, error) {
-	if !t.user.CanTakeOver() {
-		return Command{}, fmt.Errorf("%s on session %s by %s (%s): %w", t.action, t.sessionID, t.user.Email, t.user.Role, ErrForbidden)
+	if err := roleError(t.action, t.sessionID, t.user); err != nil {
+		return Command{}, err
 	}
 	if err := t.in.Validate(); err != nil {
 		return Command{}, err
@@ -395,8 +397,8 @@ func (s *Store) Release(ctx context.Context, sessionID string, u User, idemKey s
 // ForceRelease is an admin taking a claim away from whoever holds it, e.g.
 // an agent who went home. Only admins may; others get ErrForbidden.
 func (s *Store) ForceRelease(ctx context.Context, sessionID string, admin User, idemKey string, in ReleaseInput) (Outcome, error) {
-	if admin.Role != RoleAdmin || admin.Disabled {
-		return Outcome{}, fmt.Errorf("force release of session %s by %s (%s): %w", sessionID, admin.Email, admin.Role, ErrForbidden)
+	if err := roleError(ActForceRelease, sessionID, admin); err != nil {
+		return Outcome{}, err
 	}
 	return s.release(ctx, sessionID, admin, idemKey, in, ActForceRelease)
 }
@@ -420,8 +422,8 @@ func (s *Store) release(ctx context.Context, sessionID string, u User, idemKey s
 // status and takes nothing from the holder. It names no expected version and
 // so never conflicts; the version the author saw is kept with the note.
 func (s *Store) AddNote(ctx context.Context, sessionID string, u User, idemKey string, in NoteInput) (Outcome, error) {
-	if !u.CanTakeOver() {
-		return Outcome{}, fmt.Errorf("note on session %s by %s (%s): %w", sessionID, u.Email, u.Role, ErrForbidden)
+	if err := roleError(ActNote, sessionID, u); err != nil {
+		return Outcome{}, err
 	}
 	if err := in.Validate(); err != nil {
 		return Outcome{}, err
@@ -464,15 +466,16 @@ func (s *Store) note(ctx context.Context, sessionID, actor, idemKey string, in N
 // st resolved: any support agent or admin, holder or not, while the session
 // is not closed. The session page asks it before offering the buttons.
 func CanResolveRisks(st State, u User) bool {
-	return u.CanTakeOver() && !st.Status.Terminal() && len(st.Risks) > 0
+	ok, _ := TakeoverPolicy(ActResolveRisk, u, st)
+	return ok
 }
 
 // ResolveRisk marks one open risk of a session resolved (risk.resolved).
 // Like a note it names no version: the only precondition is that the risk
 // is still open, checked under the session lock (422 naming "risk").
 func (s *Store) ResolveRisk(ctx context.Context, sessionID string, u User, idemKey string, in ResolveRiskInput) (Outcome, error) {
-	if !u.CanTakeOver() {
-		return Outcome{}, fmt.Errorf("resolve risk on session %s by %s (%s): %w", sessionID, u.Email, u.Role, ErrForbidden)
+	if err := roleError(ActResolveRisk, sessionID, u); err != nil {
+		return Outcome{}, err
 	}
 	if err := in.Validate(); err != nil {
 		return Outcome{}, err
