@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/PuerkitoBio/goquery"
@@ -206,15 +207,15 @@ func TestTakeoverPolicyCommands(t *testing.T) {
 	})
 }
 
-var freshQueue int
+// freshQueue numbers the queues; the dialects' subtests run in parallel.
+var freshQueue atomic.Int64
 
 // escalatedOnFreshQueue is workerEscalated on a queue of its own, so that
 // sessions queued by earlier rows of a table are never leased instead.
 func escalatedOnFreshQueue(t *testing.T, s *models.Store) string {
 	t.Helper()
 	ctx := context.Background()
-	freshQueue++
-	q := "q" + strconv.Itoa(freshQueue)
+	q := "q" + strconv.FormatInt(freshQueue.Add(1), 10)
 	id, did := storetest.Delegated(ctx, t, s, q)
 	l, err := s.Claim(ctx, q, "w-1", "token:worker", "")
 	if err != nil || l == nil {
