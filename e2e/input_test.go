@@ -40,7 +40,7 @@ func TestAgentAnswersInput(t *testing.T) {
 		chromedp.SendKeys(form+` [name="delegate.queue"]`, "payments"),
 		chromedp.SendKeys(form+` [name="delegate.step"]`, "issue-refund"),
 		chromedp.Click(form+` button[type="submit"]`),
-		chromedp.WaitVisible(`[data-testid="event-row"][data-type="delegation.created"]`),
+		chromedp.WaitVisible(`[data-testid="event-row"][data-type="input.provided"]`),
 	)
 	st := e.state(t, id)
 	if st.Status != models.StatusQueued || st.Facts[models.FactInputAnswer] != "Visa ending 4242" || st.Delegation == nil || st.Delegation.Queue != "payments" {

@@ -28,31 +28,36 @@ var actionFields = map[models.TakeoverAction][]string{
 	models.ActReject:       {"reason"},
 	// The answer form's delegate fields are named like the API's, so that
 	// "delegate.queue" errors land next to their field.
-	models.ActProvideInput: {"answer", "facts", "delegate.queue", "delegate.step", "delegate.instructions"},
-	models.ActResolveRisk:  {"risk"},
+	models.ActProvideInput:         {"answer", "facts", "delegate.queue", "delegate.step", "delegate.instructions"},
+	models.ActResolveRisk:          {"risk"},
+	models.ActAcceptRecommendation: nil,
+	models.ActPause:                {"reason"},
+	models.ActUnpause:              {"reason"},
+	models.ActCancel:               {"reason"},
+	models.ActEscalate:             {"reason"},
 }
 
-// ConsoleActions lists the takeover actions, for route registration.
-func ConsoleActions() []models.TakeoverAction {
-	return []models.TakeoverAction{
-		models.ActClaim, models.ActRelease, models.ActForceRelease, models.ActNote, models.ActRequestInput,
-		models.ActResume, models.ActHandBack, models.ActComplete, models.ActReject,
-		models.ActProvideInput, models.ActResolveRisk,
-	}
-}
+// ConsoleActions lists the takeover actions, for route registration: every
+// action the policy rules on (models.AllTakeoverActions).
+func ConsoleActions() []models.TakeoverAction { return models.AllTakeoverActions }
 
 var actionDone = map[models.TakeoverAction]string{
-	models.ActClaim:        "You hold this session now. Others see that you are working on it.",
-	models.ActRelease:      "Released: the session is back in the inbox for anyone to claim.",
-	models.ActForceRelease: "Force-released: the session is back in the inbox.",
-	models.ActNote:         "Note added.",
-	models.ActRequestInput: "Input requested: the session waits for an answer.",
-	models.ActResume:       "Automation resumed: the step is queued for a worker.",
-	models.ActHandBack:     "Handed back: the step is queued again.",
-	models.ActComplete:     "Session completed.",
-	models.ActReject:       "Session rejected.",
-	models.ActProvideInput: "Answer recorded.",
-	models.ActResolveRisk:  "Risk marked resolved.",
+	models.ActClaim:                "You hold this session now. Others see that you are working on it.",
+	models.ActRelease:              "Released: the session is back in the inbox for anyone to claim.",
+	models.ActForceRelease:         "Force-released: the session is back in the inbox.",
+	models.ActNote:                 "Note added.",
+	models.ActRequestInput:         "Input requested: the session waits for an answer.",
+	models.ActResume:               "Automation resumed: the step is queued for a worker.",
+	models.ActHandBack:             "Handed back: the step is queued again.",
+	models.ActComplete:             "Session completed.",
+	models.ActReject:               "Session rejected.",
+	models.ActProvideInput:         "Answer recorded.",
+	models.ActResolveRisk:          "Risk marked resolved.",
+	models.ActAcceptRecommendation: "Recommendation accepted: the recommended step is queued for a worker.",
+	models.ActPause:                "Session paused.",
+	models.ActUnpause:              "Session resumed.",
+	models.ActCancel:               "Session cancelled.",
+	models.ActEscalate:             "Escalated: the session waits in the inbox for a human.",
 }
 
 // ConsoleAction serves POST /console/sessions/:id/<action>. The form names
@@ -79,10 +84,26 @@ func ConsoleAction(s *models.Store, a models.TakeoverAction) echo.HandlerFunc {
 		if a == models.ActProvideInput && values["delegate.queue"]+values["delegate.step"] != "" {
 			done = "Answer recorded and the next step queued."
 		}
+		to := string(views.SessionURL(id))
+		if c.FormValue("next") != "" {
+			// "Submit and next": the next session to decide, or the inbox
+			// when nothing is left.
+			next, err := s.NextInInbox(c.Request().Context(), *CurrentUser(c), id)
+			if err != nil {
+				return err
+			}
+			if next == "" {
+				done += " Nothing else waits for you in the inbox."
+				to = "/console/inbox"
+			} else {
+				done += " This is the next session in the inbox."
+				to = string(views.SessionURL(next))
+			}
+		}
 		if err := AddFlash(c, views.Banner{Kind: "success", Text: done}); err != nil {
 			return err
 		}
-		return c.Redirect(http.StatusSeeOther, string(views.SessionURL(id)))
+		return c.Redirect(http.StatusSeeOther, to)
 	}
 }
 
@@ -123,6 +144,10 @@ func runAction(ctx context.Context, s *models.Store, a models.TakeoverAction, id
 		return s.RejectHuman(ctx, id, u, key, models.RejectInput{ExpectedVersion: ev, Reason: v["reason"]})
 	case models.ActProvideInput:
 		return provideInput(ctx, s, id, u, key, ev, v)
+	case models.ActAcceptRecommendation:
+		return s.AcceptRecommendation(ctx, id, u, key, models.AcceptInput{ExpectedVersion: ev})
+	case models.ActPause, models.ActUnpause, models.ActCancel, models.ActEscalate:
+		return s.ControlSession(ctx, id, u, a, key, models.ControlInput{ExpectedVersion: ev, Reason: v["reason"]})
 	case models.ActResolveRisk:
 		// Like a note, resolving a risk names no version: the risk being
 		// still open is the only precondition, checked by the command.

@@ -318,9 +318,12 @@ func TestConsoleClaimRace(t *testing.T) {
 			t.Fatalf("complete on ben's session: %d\n%s", p.StatusCode, p.Body)
 		}
 
-		// The admin may force the release; Ben may not.
+		// The admin may force the release, decide in Ben's place or cancel
+		// (the takeover policy); Ben may not force a release.
 		d = getDoc(e.adm, e.path)
-		if got := attrs(d.Find("form.action-form"), "data-testid"); !slices.Equal(got, []string{"action-force-release", "action-note"}) {
+		if got := attrs(d.Find("form.action-form"), "data-testid"); !slices.Equal(got, []string{"action-accept-recommendation",
+			"action-complete", "action-resume", "action-hand-back", "action-request-input", "action-reject",
+			"action-note", "action-force-release", "action-cancel"}) {
 			t.Fatalf("admin forms = %v", got)
 		}
 		noWrites(t, s, func() {
@@ -367,12 +370,13 @@ func TestConsoleActionRefusals(t *testing.T) {
 		if p.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(squash(p.Doc(t).Find(`form[data-testid="action-claim"] .form-error`)), "version") {
 			t.Errorf("claim without version: %d", p.StatusCode)
 		}
-		// Completing an escalation nobody claimed is not possible.
+		// Completing an escalation nobody claimed claims it too, but only at
+		// the version the form saw: a stale form writes neither event.
 		noWrites(t, s, func() {
-			p = e.ana.post(e.path+"/complete", url.Values{"_csrf": {e.ana.csrf(e.path)}, "state_version": {"4"}, "resolution": {"done"}})
+			p = e.ana.post(e.path+"/complete", url.Values{"_csrf": {e.ana.csrf(e.path)}, "state_version": {"3"}, "resolution": {"done"}})
 		})
-		if p.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(squash(p.Doc(t).Find(`[data-testid="action-problem"]`)), "not possible now") {
-			t.Errorf("complete unclaimed: %d\n%s", p.StatusCode, p.Body)
+		if p.StatusCode != http.StatusConflict || p.Doc(t).Find(`[data-testid="conflict-banner"]`).Length() != 1 {
+			t.Errorf("stale complete unclaimed: %d\n%s", p.StatusCode, p.Body)
 		}
 		// Unknown session.
 		noWrites(t, s, func() {

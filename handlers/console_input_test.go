@@ -50,7 +50,7 @@ func TestConsoleProvideInput(t *testing.T) {
 			t.Fatalf("reviewer gets forms %v", got)
 		}
 		d := getDoc(ana, path)
-		if got := attrs(d.Find("form.action-form"), "data-testid"); !slices.Equal(got, []string{"action-provide-input"}) {
+		if got := attrs(d.Find("form.action-form"), "data-testid"); !slices.Equal(got, []string{"action-provide-input", "action-note"}) {
 			t.Fatalf("agent forms = %v", got)
 		}
 

@@ -296,8 +296,10 @@ func TestConsoleSessionPage(t *testing.T) {
 		if !strings.Contains(doc.Find(`[data-testid="packet-json"]`).Text(), `"based_on_version": 4`) {
 			t.Errorf("packet preview = %q", doc.Find(`[data-testid="packet-json"]`).Text())
 		}
-		// An escalated session offers claim and note, nothing else.
-		if got := attrs(doc.Find(`form.action-form`), "data-testid"); !slices.Equal(got, []string{"action-claim", "action-note"}) {
+		// An escalated session offers the claim, the decisions (each claims
+		// it in the same transaction), the recommended step and a note.
+		if got := attrs(doc.Find(`form.action-form`), "data-testid"); !slices.Equal(got, []string{"action-accept-recommendation", "action-claim",
+			"action-complete", "action-resume", "action-hand-back", "action-request-input", "action-reject", "action-note"}) {
 			t.Errorf("forms = %v", got)
 		}
 

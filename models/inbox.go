@@ -562,33 +562,6 @@ const (
 	ActProvideInput TakeoverAction = "provide-input"
 )
 
-// TakeoverActions lists what u may do to a session in state st, in the order
-// the console offers it. It mirrors the rules the takeover commands enforce
-// (status table, one holder at a time, admins may force a release) so that
-// the console only offers what would be accepted; the commands still decide.
-func TakeoverActions(st State, u User) []TakeoverAction {
-	if !u.CanTakeOver() {
-		return nil
-	}
-	if st.Status == StatusAwaitingInput {
-		// ProvideInputAs accepts the same people (CanTakeOver).
-		return []TakeoverAction{ActProvideInput}
-	}
-	switch st.Status {
-	case StatusEscalated:
-		return []TakeoverAction{ActClaim, ActNote}
-	case StatusHumanActive:
-		if st.Assignee == u.Actor() {
-			return []TakeoverAction{ActComplete, ActResume, ActHandBack, ActRequestInput, ActReject, ActNote, ActRelease}
-		}
-		if u.Role == RoleAdmin {
-			return []TakeoverAction{ActForceRelease, ActNote}
-		}
-	}
-	// A note is taken from anyone, in every status (AddNote).
-	return []TakeoverAction{ActNote}
-}
-
 // SessionDetail is what the console's session page shows, read in a few
 // indexed queries: the projection row and its state, every event (bounded by
 // MaxTimelineEvents), the parent and the children.

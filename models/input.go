@@ -92,8 +92,8 @@ func prefixFields(ve *ValidationError, prefix string) *ValidationError {
 // (User.CanTakeOver: agents and admins), so the console offers the form to
 // exactly those whom this accepts.
 func (s *Store) ProvideInputAs(ctx context.Context, sessionID string, u User, idemKey string, in InputInput) (Outcome, error) {
-	if !u.CanTakeOver() {
-		return Outcome{}, fmt.Errorf("provide input to session %s by %s (%s): %w", sessionID, u.Email, u.Role, ErrForbidden)
+	if err := roleError(ActProvideInput, sessionID, u); err != nil {
+		return Outcome{}, err
 	}
 	return s.ProvideInput(ctx, sessionID, u.Actor(), idemKey, in)
 }

@@ -49,6 +49,7 @@ const (
 	kOK       = "ok"        // accepted: exactly one event, version + 1
 	kNoEvent  = "no-event"  // accepted but writes no event (heartbeat, empty claim, nothing to rescue)
 	kAudit    = "audit"     // accepted audit-only event: one event, next seq, same version (invariant 10)
+	kClaimed  = "claimed"   // a decision on an unclaimed escalation: the claim and the decision, version + 2
 	kConflict = "conflict"  // *ConflictError with the current version
 	kIllegal  = "illegal"   // *IllegalTransitionError with the current version
 	kForbid   = "forbidden" // ErrForbidden
@@ -147,6 +148,18 @@ func (p *propRun) exec(name, want, key string, run func() (models.Outcome, error
 		after := snapshot(rt, p.s, p.sid)
 		if after.Events != before.Events+1 || after.Row.StateVersion != cur.Version+1 || out.StateVersion != cur.Version+1 {
 			rt.Fatalf("%s: events %d→%d, version %d→%d (outcome %d)", name, before.Events, after.Events,
+				cur.Version, after.Row.StateVersion, out.StateVersion)
+		}
+		if key != "" {
+			p.keyed = append(p.keyed, keyedCmd{name: name, first: out, run: run})
+		}
+	case kClaimed:
+		if err != nil {
+			rt.Fatalf("%s from %s v%d: want success, got %T %v", name, cur.Status, cur.Version, err, err)
+		}
+		after := snapshot(rt, p.s, p.sid)
+		if after.Events != before.Events+2 || after.Row.StateVersion != cur.Version+2 || out.StateVersion != cur.Version+2 {
+			rt.Fatalf("%s: events %d→%d, version %d→%d (outcome %d), want claim and decision", name, before.Events, after.Events,
 				cur.Version, after.Row.StateVersion, out.StateVersion)
 		}
 		if key != "" {
@@ -499,10 +512,13 @@ func (p *propRun) takeover(action string) {
 			return p.s.RejectHuman(ctx, p.sid, u, key, models.RejectInput{ExpectedVersion: &v, Reason: "no"})
 		}
 	}
-	holderOrAdmin := cur.Assignee == u.Actor() || u.Role == models.RoleAdmin
+	// The takeover policy, restated independently of models.TakeoverPolicy.
+	self := cur.Status == models.StatusHumanActive && cur.Assignee == u.Actor()
+	admin := u.Role == models.RoleAdmin
+	decision := action == "request-input" || action == "resume" || action == "hand-back" || action == "complete" || action == "reject"
 	want := kOK
 	switch {
-	case action == "force-release" && u.Role != models.RoleAdmin:
+	case action == "force-release" && !admin:
 		want = kForbid
 	case action == "note-invalid":
 		want = kInvalid
@@ -512,10 +528,20 @@ func (p *propRun) takeover(action string) {
 		want = kOK
 	case stale:
 		want = kConflict
-	case action != "claim" && cur.Status == models.StatusHumanActive && !holderOrAdmin:
+	case action == "release" && cur.Status == models.StatusHumanActive && !self:
+		// Only the holder releases; an admin force-releases.
 		want = kForbid
-	case action == "hand-back" && cur.Status == models.StatusHumanActive && !canHandBack(cur, backQueue):
+	case action == "force-release" && self:
+		// The admin holds it: a release, not a forced one.
+		want = kIllegal
+	case decision && cur.Status == models.StatusHumanActive && !self && !admin:
+		want = kForbid
+	case action == "hand-back" && (cur.Status == models.StatusHumanActive || cur.Status == models.StatusEscalated) && !canHandBack(cur, backQueue):
 		want = kInvalid
+	case decision && cur.Status == models.StatusEscalated:
+		// Deciding on an unclaimed escalation claims it in the same
+		// transaction.
+		want = kClaimed
 	case !models.Allowed(cur.Status, et):
 		want = kIllegal
 	}

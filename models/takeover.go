@@ -21,7 +21,9 @@ import (
 //	                         └─ complete / reject ─▶ completed / rejected
 //
 // While a session is human_active only its assignee, or an admin, may act on
-// it; everybody else gets ErrForbidden.
+// it; everybody else gets ErrForbidden. A decision on an escalated session
+// nobody holds claims it in the same transaction. Who may do what is the
+// takeover policy (policy.go), checked again under the session lock.
 
 // MaxNoteLen bounds a human's free text (notes, resolutions, reasons).
 const MaxNoteLen = 4000
@@ -278,11 +280,8 @@ func validateText(v *ValidationError, field, s string, required bool) {
 type takeover struct {
 	sessionID string
 	user      User
-	action    string
+	action    TakeoverAction
 	in        interface{ Validate() error }
-	// claim skips the holder check: a claim on a held session is answered
-	// with *ClaimedError, not ErrForbidden.
-	claim bool
 }
 
 // takeoverCommand checks the role and the input, and returns a Command whose
@@ -291,8 +290,8 @@ type takeover struct {
 // check and may compute the payload from the current state.
 func (s *Store) takeoverCommand(t takeover, typ EventType, idemKey string, expected *int64, payload any,
 	prepare func(tx *Tx, cur State) (any, error)) (Command, error) {
-	if !t.user.CanTakeOver() {
-		return Command{}, fmt.Errorf("%s on session %s by %s (%s): %w", t.action, t.sessionID, t.user.Email, t.user.Role, ErrForbidden)
+	if err := roleError(t.action, t.sessionID, t.user); err != nil {
+		return Command{}, err
 	}
 	if err := t.in.Validate(); err != nil {
 		return Command{}, err
@@ -308,8 +307,10 @@ func (s *Store) takeoverCommand(t takeover, typ EventType, idemKey string, expec
 		SessionID: t.sessionID, Type: typ, Actor: actor, ExpectedVersion: expected,
 		Payload: payload, IdempotencyKey: idemKey, Fingerprint: fp,
 		Prepare: func(tx *Tx, cur State) (any, error) {
-			if !t.claim && cur.Status == StatusHumanActive && cur.Assignee != actor && t.user.Role != RoleAdmin {
-				return nil, fmt.Errorf("%s on session %s: it is held by %s, not %s: %w", t.action, t.sessionID, cur.Assignee, actor, ErrForbidden)
+			// The policy again, under the lock, on the state the command
+			// will change (a claim's refusal becomes *ClaimedError later).
+			if err := policyError(t.action, t.sessionID, t.user, cur); err != nil {
+				return nil, err
 			}
 			if prepare != nil {
 				return prepare(tx, cur)
@@ -323,7 +324,7 @@ func (s *Store) takeoverCommand(t takeover, typ EventType, idemKey string, expec
 // (escalated → human_active). A claim on a session someone else already
 // holds fails with *ClaimedError naming the holder.
 func (s *Store) ClaimEscalation(ctx context.Context, sessionID string, u User, idemKey string, in ClaimInput) (Outcome, error) {
-	t := takeover{sessionID: sessionID, user: u, action: "claim", in: in, claim: true}
+	t := takeover{sessionID: sessionID, user: u, action: ActClaim, in: in}
 	cmd, err := s.takeoverCommand(t, EventHumanClaimed, idemKey, in.ExpectedVersion, HumanPayload{User: u.Actor()}, nil)
 	if err != nil {
 		return Outcome{}, err
@@ -331,6 +332,43 @@ func (s *Store) ClaimEscalation(ctx context.Context, sessionID string, u User, i
 	out, err := s.Execute(ctx, cmd)
 	if err != nil {
 		return out, s.explainClaimed(ctx, sessionID, u.Actor(), err)
+	}
+	return out, nil
+}
+
+// executeDecision runs a decision's command. On an escalated session nobody
+// holds yet it first claims the session for the user, in the same
+// transaction (Command.Then): the claim and the decision are two events with
+// consecutive seqs, or nothing is written. The path is chosen from a read
+// before the transaction; the claim names the form's expected version, so if
+// anything changed in between (someone else claimed) the claim is refused as
+// stale, and the decision with it.
+func (s *Store) executeDecision(ctx context.Context, t takeover, cmd Command) (Outcome, error) {
+	row, err := s.GetSession(ctx, t.sessionID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	actor := t.user.Actor()
+	if row.Status != StatusEscalated || !decisionAction(t.action) {
+		out, err := s.Execute(ctx, cmd)
+		if err != nil {
+			// A stale form on a session someone else claimed since says who.
+			return out, s.explainClaimed(ctx, t.sessionID, actor, err)
+		}
+		return out, nil
+	}
+	decision := cmd
+	claim := Command{
+		SessionID: t.sessionID, Type: EventHumanClaimed, Actor: actor, ExpectedVersion: cmd.ExpectedVersion,
+		Payload: HumanPayload{User: actor}, IdempotencyKey: cmd.IdempotencyKey, Fingerprint: cmd.Fingerprint,
+		Prepare: func(tx *Tx, cur State) (any, error) {
+			return nil, policyError(ActClaim, t.sessionID, t.user, cur)
+		},
+		Then: func(tx *Tx, next State, ev Event) (*Command, error) { return &decision, nil },
+	}
+	out, err := s.Execute(ctx, claim)
+	if err != nil {
+		return out, s.explainClaimed(ctx, t.sessionID, actor, err)
 	}
 	return out, nil
 }
@@ -353,19 +391,19 @@ func (s *Store) explainClaimed(ctx context.Context, sessionID, actor string, err
 // (human_active → escalated). An admin may release anyone's claim; that is
 // recorded as forced.
 func (s *Store) Release(ctx context.Context, sessionID string, u User, idemKey string, in ReleaseInput) (Outcome, error) {
-	return s.release(ctx, sessionID, u, idemKey, in, "release")
+	return s.release(ctx, sessionID, u, idemKey, in, ActRelease)
 }
 
 // ForceRelease is an admin taking a claim away from whoever holds it, e.g.
 // an agent who went home. Only admins may; others get ErrForbidden.
 func (s *Store) ForceRelease(ctx context.Context, sessionID string, admin User, idemKey string, in ReleaseInput) (Outcome, error) {
-	if admin.Role != RoleAdmin || admin.Disabled {
-		return Outcome{}, fmt.Errorf("force release of session %s by %s (%s): %w", sessionID, admin.Email, admin.Role, ErrForbidden)
+	if err := roleError(ActForceRelease, sessionID, admin); err != nil {
+		return Outcome{}, err
 	}
-	return s.release(ctx, sessionID, admin, idemKey, in, "force-release")
+	return s.release(ctx, sessionID, admin, idemKey, in, ActForceRelease)
 }
 
-func (s *Store) release(ctx context.Context, sessionID string, u User, idemKey string, in ReleaseInput, action string) (Outcome, error) {
+func (s *Store) release(ctx context.Context, sessionID string, u User, idemKey string, in ReleaseInput, action TakeoverAction) (Outcome, error) {
 	t := takeover{sessionID: sessionID, user: u, action: action, in: in}
 	actor := u.Actor()
 	cmd, err := s.takeoverCommand(t, EventHumanReleased, idemKey, in.ExpectedVersion, nil,
@@ -384,8 +422,8 @@ func (s *Store) release(ctx context.Context, sessionID string, u User, idemKey s
 // status and takes nothing from the holder. It names no expected version and
 // so never conflicts; the version the author saw is kept with the note.
 func (s *Store) AddNote(ctx context.Context, sessionID string, u User, idemKey string, in NoteInput) (Outcome, error) {
-	if !u.CanTakeOver() {
-		return Outcome{}, fmt.Errorf("note on session %s by %s (%s): %w", sessionID, u.Email, u.Role, ErrForbidden)
+	if err := roleError(ActNote, sessionID, u); err != nil {
+		return Outcome{}, err
 	}
 	if err := in.Validate(); err != nil {
 		return Outcome{}, err
@@ -428,15 +466,16 @@ func (s *Store) note(ctx context.Context, sessionID, actor, idemKey string, in N
 // st resolved: any support agent or admin, holder or not, while the session
 // is not closed. The session page asks it before offering the buttons.
 func CanResolveRisks(st State, u User) bool {
-	return u.CanTakeOver() && !st.Status.Terminal() && len(st.Risks) > 0
+	ok, _ := TakeoverPolicy(ActResolveRisk, u, st)
+	return ok
 }
 
 // ResolveRisk marks one open risk of a session resolved (risk.resolved).
 // Like a note it names no version: the only precondition is that the risk
 // is still open, checked under the session lock (422 naming "risk").
 func (s *Store) ResolveRisk(ctx context.Context, sessionID string, u User, idemKey string, in ResolveRiskInput) (Outcome, error) {
-	if !u.CanTakeOver() {
-		return Outcome{}, fmt.Errorf("resolve risk on session %s by %s (%s): %w", sessionID, u.Email, u.Role, ErrForbidden)
+	if err := roleError(ActResolveRisk, sessionID, u); err != nil {
+		return Outcome{}, err
 	}
 	if err := in.Validate(); err != nil {
 		return Outcome{}, err
@@ -468,13 +507,13 @@ func (s *Store) ResolveRisk(ctx context.Context, sessionID string, u User, idemK
 // RequestInput asks a question and parks the session in awaiting_input
 // (human_active → awaiting_input); the claim ends with it.
 func (s *Store) RequestInput(ctx context.Context, sessionID string, u User, idemKey string, in RequestInputInput) (Outcome, error) {
-	t := takeover{sessionID: sessionID, user: u, action: "request-input", in: in}
+	t := takeover{sessionID: sessionID, user: u, action: ActRequestInput, in: in}
 	p := HumanPayload{User: u.Actor(), Question: strings.TrimSpace(in.Question)}
 	cmd, err := s.takeoverCommand(t, EventHumanRequestedInput, idemKey, in.ExpectedVersion, p, nil)
 	if err != nil {
 		return Outcome{}, err
 	}
-	return s.Execute(ctx, cmd)
+	return s.executeDecision(ctx, t, cmd)
 }
 
 // ResumeAutomation re-delegates a claimed session to a queue with the
@@ -482,7 +521,11 @@ func (s *Store) RequestInput(ctx context.Context, sessionID string, u User, idem
 // delegation row is written in the same transaction, exactly as Delegate
 // writes it.
 func (s *Store) ResumeAutomation(ctx context.Context, sessionID string, u User, idemKey string, in ResumeInput) (Outcome, error) {
-	t := takeover{sessionID: sessionID, user: u, action: "resume", in: in}
+	return s.resume(ctx, sessionID, u, idemKey, in, ActResume)
+}
+
+func (s *Store) resume(ctx context.Context, sessionID string, u User, idemKey string, in ResumeInput, action TakeoverAction) (Outcome, error) {
+	t := takeover{sessionID: sessionID, user: u, action: action, in: in}
 	p := HumanDelegationPayload{User: u.Actor(), DelegationPayload: DelegationPayload{
 		DelegationID: NewID("dlg"), Queue: in.Queue, Step: strings.TrimSpace(in.Step), Instructions: in.Instructions,
 		MaxAttempts: intOr(in.MaxAttempts, DefaultMaxAttempts), LeaseSeconds: intOr(in.LeaseSeconds, DefaultLeaseSeconds),
@@ -493,7 +536,7 @@ func (s *Store) ResumeAutomation(ctx context.Context, sessionID string, u User, 
 		return Outcome{}, err
 	}
 	cmd.Effect = s.insertDelegation(p.DelegationPayload, time.Time{})
-	return s.Execute(ctx, cmd)
+	return s.executeDecision(ctx, t, cmd)
 }
 
 // HandBack re-queues the step that escalated, unchanged, on the queue it came
@@ -501,7 +544,7 @@ func (s *Store) ResumeAutomation(ctx context.Context, sessionID string, u User, 
 // and lease length come from the escalated delegation, read under the
 // session lock.
 func (s *Store) HandBack(ctx context.Context, sessionID string, u User, idemKey string, in HandBackInput) (Outcome, error) {
-	t := takeover{sessionID: sessionID, user: u, action: "hand-back", in: in}
+	t := takeover{sessionID: sessionID, user: u, action: ActHandBack, in: in}
 	actor := u.Actor()
 	var p HumanDelegationPayload
 	cmd, err := s.takeoverCommand(t, EventHumanHandedBack, idemKey, in.ExpectedVersion, nil,
@@ -523,7 +566,7 @@ func (s *Store) HandBack(ctx context.Context, sessionID string, u User, idemKey 
 	cmd.Effect = func(tx *Tx, next State, ev Event) (any, error) {
 		return s.insertDelegation(p.DelegationPayload, time.Time{})(tx, next, ev)
 	}
-	return s.Execute(ctx, cmd)
+	return s.executeDecision(ctx, t, cmd)
 }
 
 // handBackDelegation builds the hand-back delegation from the escalation.
@@ -572,7 +615,7 @@ func handBackDelegation(tx *Tx, cur State, in HandBackInput, actor string) (Huma
 // CompleteHuman finishes a claimed session with the human's resolution
 // (human_active → completed).
 func (s *Store) CompleteHuman(ctx context.Context, sessionID string, u User, idemKey string, in CompleteInput) (Outcome, error) {
-	t := takeover{sessionID: sessionID, user: u, action: "complete", in: in}
+	t := takeover{sessionID: sessionID, user: u, action: ActComplete, in: in}
 	p := HumanPayload{User: u.Actor(), Resolution: strings.TrimSpace(in.Resolution)}
 	cmd, err := s.takeoverCommand(t, EventHumanCompleted, idemKey, in.ExpectedVersion, p, nil)
 	if err != nil {
@@ -581,20 +624,20 @@ func (s *Store) CompleteHuman(ctx context.Context, sessionID string, u User, ide
 	// A claimed session has no open delegation; ending any is a safety net
 	// that keeps the queue from working a finished session.
 	cmd.Effect = s.endDelegation(DelegationCancelled)
-	return s.Execute(ctx, cmd)
+	return s.executeDecision(ctx, t, cmd)
 }
 
 // RejectHuman rejects a claimed session with the human's reason
 // (human_active → rejected).
 func (s *Store) RejectHuman(ctx context.Context, sessionID string, u User, idemKey string, in RejectInput) (Outcome, error) {
-	t := takeover{sessionID: sessionID, user: u, action: "reject", in: in}
+	t := takeover{sessionID: sessionID, user: u, action: ActReject, in: in}
 	p := HumanPayload{User: u.Actor(), Reason: strings.TrimSpace(in.Reason)}
 	cmd, err := s.takeoverCommand(t, EventHumanRejected, idemKey, in.ExpectedVersion, p, nil)
 	if err != nil {
 		return Outcome{}, err
 	}
 	cmd.Effect = s.endDelegation(DelegationCancelled)
-	return s.Execute(ctx, cmd)
+	return s.executeDecision(ctx, t, cmd)
 }
 
 // IsClaimed reports whether err is a claim refused because another user

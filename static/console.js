@@ -82,12 +82,29 @@
     }
   }
 
-  function claim() {
-    var btn = document.querySelector('[data-shortcut="claim"]');
+  function press(name) {
+    var btn = document.querySelector('[data-shortcut="' + name + '"]');
     if (btn && btn.form) {
       btn.form.requestSubmit(btn);
     }
   }
+
+  function claim() {
+    press("claim");
+  }
+
+  // Ctrl+Enter (Cmd+Enter) in a decision form submits it and opens the
+  // next session of the inbox ("Submit and next"); in other forms it just
+  // submits.
+  document.addEventListener("keydown", function (evt) {
+    if (evt.key !== "Enter" || !(evt.ctrlKey || evt.metaKey) || !evt.target || !evt.target.form) {
+      return;
+    }
+    var form = evt.target.form;
+    var next = form.querySelector('[data-shortcut="next"]');
+    form.requestSubmit(next || undefined);
+    evt.preventDefault();
+  });
 
   function typing(el) {
     if (!el) {
@@ -123,6 +140,9 @@
         break;
       case "c":
         claim();
+        break;
+      case "a":
+        press("accept");
         break;
       case "?":
         toggleHelp();

@@ -405,7 +405,7 @@ func shortcutsHelp(onSession bool) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if onSession {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<dt><kbd>c</kbd></dt><dd>Claim this session</dd>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<dt><kbd>c</kbd></dt><dd>Claim this session</dd><dt><kbd>a</kbd></dt><dd>Accept the recommended next step (when there is one)</dd><dt><kbd>Ctrl</kbd>+<kbd>Enter</kbd></dt><dd>In a decision form: submit and open the next session</dd>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -417,7 +417,7 @@ func shortcutsHelp(onSession bool) templ.Component {
 		var templ_7745c5c3_Var20 string
 		templ_7745c5c3_Var20, templ_7745c5c3_Err = templ.JoinStringErrs(" for keyboard shortcuts.")
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/console_common.templ`, Line: 121, Col: 78}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/console_common.templ`, Line: 125, Col: 78}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var20))
 		if templ_7745c5c3_Err != nil {

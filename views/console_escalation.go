@@ -65,3 +65,11 @@ func colonIf(s string) string {
 	}
 	return ":"
 }
+
+// claimHint says that a decision on an unclaimed escalation claims it too.
+func claimHint(d SessionPageData) string {
+	if d.State.Status == models.StatusEscalated {
+		return "; you claim the session with it"
+	}
+	return ""
+}

@@ -19,6 +19,8 @@ func consoleRoutes(e *echo.Echo, s *models.Store) {
 	e.GET("/console/inbox/waiting", handlers.ConsoleWaiting(s), agents)
 	e.GET("/console/sessions/:id", handlers.ConsoleSession(s), handlers.RequireUser())
 	for _, a := range handlers.ConsoleActions() {
-		e.POST("/console/sessions/:id/"+string(a), handlers.ConsoleAction(s, a), agents)
+		// The roles the takeover policy lets take the action on some
+		// session; the command checks the session's state.
+		e.POST("/console/sessions/:id/"+string(a), handlers.ConsoleAction(s, a), handlers.RequireUser(models.ActionRoles(a)...))
 	}
 }
