@@ -113,6 +113,20 @@ func TestBlindDoubleReviewRedacted(t *testing.T) {
 			t.Errorf("webhook body tells the comment: %s", jobs[0].Body)
 		}
 
+		// The statistics every reviewer sees must not tell Rita's lone
+		// score either: an item counts once all its scores are in.
+		stats := func() models.ReviewStats {
+			t.Helper()
+			st, err := s.ReviewStatsFor(ctx, models.ReviewStatsOpts{From: time.Unix(0, 0), To: time.Now().AddDate(100, 0, 0)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		if st := stats(); st.Overall.Scores != 0 || len(st.ByQueue) != 0 {
+			t.Errorf("statistics with one of two blind scores in: %+v, want nothing counted", st.Overall)
+		}
+
 		// Rolf scores: now he may read Rita's, and with all scores in the
 		// review is no longer blind to anyone.
 		if _, err := s.ScoreReview(ctx, rolf, "", models.ScoreInput{Key: k, Scores: allScores(5)}); err != nil {
@@ -121,6 +135,9 @@ func TestBlindDoubleReviewRedacted(t *testing.T) {
 		shown("second reviewer's timeline after scoring", timeline(rolf))
 		shown("agent's timeline after both scores", timeline(agent))
 		shown("controller token's feed after both scores", feed(models.ReaderOfToken(models.APIToken{Name: "ctl", Role: models.RoleController})))
+		if st := stats(); st.Overall.Scores != 2 {
+			t.Errorf("statistics after both scores: %+v, want both counted", st.Overall)
+		}
 		// The stored event is never changed: verify still passes.
 		verifyAll(ctx, t, s)
 	})

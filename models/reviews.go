@@ -953,6 +953,9 @@ type scoreRow struct {
 }
 
 // ReviewStatsFor computes the statistics of the scores given in the period.
+// Only items with all the scores they need count: a double review's first
+// score stays out until the second is in, or the statistics every reviewer
+// sees would tell a lone score the blind rule hides (MayReadReview).
 // Scores are streamed item by item, so memory grows with the number of
 // queues and weeks, not with the number of scores.
 func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewStats, error) {
@@ -964,7 +967,7 @@ func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewSt
 	r.goal_clear, r.state_current, r.evidence_sufficient, r.risks_explicit, r.next_step_actionable, r.scored_at,
 	i.queue, i.claimed_at, i.decided_at
 FROM review_scores r JOIN review_items i ON i.session_id = r.session_id AND i.at_version = r.at_version
-WHERE r.scored_at >= ? AND r.scored_at < ?
+WHERE r.scored_at >= ? AND r.scored_at < ? AND i.scored >= i.needed
 ORDER BY r.session_id, r.at_version, r.scored_at, r.event_id`, from, to).Rows()
 	if err != nil {
 		return ReviewStats{}, fmt.Errorf("review stats: %w", err)
