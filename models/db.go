@@ -59,8 +59,9 @@ type Store struct {
 	tokens   tokenCache
 	// pool is the PostgreSQL connection pool (nil on SQLite); DB reads
 	// through it too.
-	pool *pgxpool.Pool
-	wire wireStats
+	pool  *pgxpool.Pool
+	wire  wireStats
+	maint maintState
 }
 
 // OpenOpts configures Open.

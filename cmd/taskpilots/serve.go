@@ -57,7 +57,8 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.BoolVar(&o.web.TrustProxy, "trust-proxy", d.Bool("TASKPILOTS_TRUST_PROXY", false),
 		"honour X-Forwarded-For/-Proto from a reverse proxy; only behind one (env TASKPILOTS_TRUST_PROXY)")
 	fs.DurationVar(&o.web.MaintainEvery, "maintain-every", d.Duration("TASKPILOTS_MAINTAIN_EVERY", web.DefaultMaintainEvery),
-		"period of the maintenance pass that rescues expired leases and fires timers (env TASKPILOTS_MAINTAIN_EVERY)")
+		"longest sleep of the maintenance loop, which otherwise wakes when a lease expires or a timer is due; "+
+			"bounds how late a timer created by another replica is found if that replica stops (env TASKPILOTS_MAINTAIN_EVERY)")
 	fs.DurationVar(&o.web.LeaseWaitMax, "lease-wait-max", d.Duration("TASKPILOTS_LEASE_WAIT_MAX", models.MaxWaitSeconds*time.Second),
 		"longest a lease long poll may wait (env TASKPILOTS_LEASE_WAIT_MAX)")
 	fs.DurationVar(&o.web.ShutdownTimeout, "shutdown-timeout", d.Duration("TASKPILOTS_SHUTDOWN_TIMEOUT", web.DefaultShutdownTimeout),
