@@ -28,6 +28,7 @@ const DefaultAddr = web.DefaultAddr
 type serveOpts struct {
 	databaseURL string
 	dbMaxConns  int
+	replicas    int
 	demo        bool
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
 	// where web.Config's zero means "the default".
@@ -43,8 +44,11 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.StringVar(&o.databaseURL, "database-url", d.String("TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
 		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
 	redactDefault(fs, "database-url")
-	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 20),
-		"PostgreSQL connection pool size of this process (env TASKPILOTS_DB_MAX_CONNS)")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 0),
+		"PostgreSQL connection pool size of this process; 0: 20, or less to fit the server's max_connections "+
+			"shared by --replicas processes; a size that cannot fit is refused at start (env TASKPILOTS_DB_MAX_CONNS)")
+	fs.IntVar(&o.replicas, "replicas", d.Int("TASKPILOTS_REPLICAS", 1),
+		"how many server processes share the PostgreSQL database, for sizing each one's pool (env TASKPILOTS_REPLICAS)")
 	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),
 		"seed demo sessions and demo users into a new embedded SQLite database; never on PostgreSQL (env TASKPILOTS_DEMO)")
 	fs.StringVar(&o.web.Addr, "addr", d.String("TASKPILOTS_ADDR", web.DefaultAddr),
@@ -95,8 +99,11 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 		return o, err
 	}
 	v := &models.ValidationError{}
-	if o.dbMaxConns < 1 {
-		v.Add("db-max-conns", "must be at least 1")
+	if o.dbMaxConns < 0 {
+		v.Add("db-max-conns", "must be 0 (derived) or more")
+	}
+	if o.replicas < 1 {
+		v.Add("replicas", "must be at least 1")
 	}
 	if o.web.BodyLimit < 1 {
 		v.Add("body-limit", "must be at least 1 byte")
@@ -129,7 +136,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns})
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas})
 	if err != nil {
 		return err
 	}
