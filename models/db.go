@@ -66,7 +66,7 @@ type Store struct {
 
 // OpenOpts configures Open.
 type OpenOpts struct {
-	Logger       *slog.Logger
+	Logger *slog.Logger
 	// MaxOpenConns is the PostgreSQL pool size; Open fails with a
 	// PoolFitError when Replicas such pools do not fit in the server's
 	// max_connections. Zero derives it (see FitPool): WantConns, or
