@@ -508,7 +508,7 @@ func (s *Store) MaintainJoins(ctx context.Context, limit int) (int, error) {
 	s.maint.mu.Lock()
 	s.maint.childDone = time.Time{}
 	s.maint.mu.Unlock()
-	m, err := s.joinCatchUp(ctx, limit)
+	m, _, err := s.joinCatchUp(ctx, limit)
 	return n + m, err
 }
 
@@ -537,7 +537,7 @@ const catchUpLookback = time.Minute
 // joinCatchUp evaluates the joins of the waiting parents whose children
 // were written since the last catch-up (all waiting parents the first time
 // in this process), which covers a child-done hook lost in a crash.
-func (s *Store) joinCatchUp(ctx context.Context, limit int) (int, error) {
+func (s *Store) joinCatchUp(ctx context.Context, limit int) (int, int, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -559,7 +559,7 @@ WHERE p.status = 'waiting_children' AND NOT EXISTS (
 	}
 	var ready []string
 	if err := s.DB.WithContext(ctx).Raw(q+` ORDER BY p.id LIMIT ?`, append(args, limit)...).Scan(&ready).Error; err != nil {
-		return 0, fmt.Errorf("find finished joins: %w", err)
+		return 0, 0, fmt.Errorf("find finished joins: %w", err)
 	}
 	n, err := s.evaluateJoins(ctx, ready)
 	if err == nil && len(ready) < limit && !seen.IsZero() {
@@ -569,7 +569,7 @@ WHERE p.status = 'waiting_children' AND NOT EXISTS (
 		}
 		s.maint.mu.Unlock()
 	}
-	return n, err
+	return n, len(ready), err
 }
 
 // evaluateJoins evaluates the joins of ids and returns how many it recorded.

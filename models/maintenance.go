@@ -116,7 +116,7 @@ func timerKinds() []timerKind {
 				var ps []timerProbe
 				for _, b := range s.slaBuckets() {
 					ps = append(ps, timerProbe{
-						sql:  `SELECT min(escalated_at) FROM sessions WHERE ` + slaPendingSQL + ` AND ` + b.where,
+						sql:  `SELECT min(escalated_at) FROM ` + s.slaPendingFrom() + ` WHERE ` + slaPendingSQL + ` AND ` + b.where,
 						args: b.args,
 					})
 				}
@@ -158,9 +158,9 @@ func timerKinds() []timerKind {
 				return time.Time{}, false
 			},
 			run: func(ctx context.Context, s *Store, limit int, r *MaintenanceReport) (int, error) {
-				n, err := s.joinCatchUp(ctx, limit)
+				n, found, err := s.joinCatchUp(ctx, limit)
 				r.Joined += n
-				return 0, err
+				return found, err
 			},
 		},
 	}
@@ -176,6 +176,9 @@ type maintState struct {
 	// childSeen is the newest child write the last probe saw; childDone,
 	// the newest the join catch-up has looked at.
 	childSeen, childDone time.Time
+	// stuck holds kinds resting after a run that handled none of the rows
+	// it found.
+	stuck map[string]time.Time
 }
 
 func (m *maintState) wakeChan() chan struct{} {
@@ -276,12 +279,27 @@ func (s *Store) MaintainNext(ctx context.Context) (MaintenanceReport, time.Time,
 			plan(d.at)
 			continue
 		}
+		if until, ok := s.stuckUntil(k.name); ok && until.After(now) {
+			plan(until)
+			continue
+		}
+		before := r
 		found, err := s.runKind(ctx, k, &r)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", k.name, err))
 			plan(now.Add(time.Second)) // retry soon, not at once
 			continue
 		}
+		if found > 0 && r == before {
+			// Every row found was skipped (each is re-checked under its
+			// session lock; a row whose state disagrees stays skipped):
+			// do not spin on them. Rows written later are not held back
+			// longer than this.
+			s.setStuck(k.name, now.Add(stuckBackoff))
+			plan(now.Add(stuckBackoff))
+			continue
+		}
+		s.setStuck(k.name, time.Time{})
 		if found >= maintainBatch {
 			plan(now)
 		} else if k.name != "join_catch_up" {
@@ -294,6 +312,29 @@ func (s *Store) MaintainNext(ctx context.Context) (MaintenanceReport, time.Time,
 		return r, next, fmt.Errorf("maintain: %w", err)
 	}
 	return r, next, nil
+}
+
+// stuckBackoff is how long a kind whose due rows were all skipped rests.
+const stuckBackoff = 30 * time.Second
+
+func (s *Store) stuckUntil(kind string) (time.Time, bool) {
+	s.maint.mu.Lock()
+	defer s.maint.mu.Unlock()
+	t, ok := s.maint.stuck[kind]
+	return t, ok
+}
+
+func (s *Store) setStuck(kind string, until time.Time) {
+	s.maint.mu.Lock()
+	defer s.maint.mu.Unlock()
+	if until.IsZero() {
+		delete(s.maint.stuck, kind)
+		return
+	}
+	if s.maint.stuck == nil {
+		s.maint.stuck = make(map[string]time.Time)
+	}
+	s.maint.stuck[kind] = until
 }
 
 // minMaintainGap is the pause after a pass that did work before the probe

@@ -148,3 +148,32 @@ func TestMaintenanceLoopIdlesWithoutStatements(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestMaintainRestsOnSkippedRows pins that a kind whose due rows are all
+// skipped (here a session row that says escalated while its state does
+// not) rests instead of making every following pass retry them at once.
+func TestMaintainRestsOnSkippedRows(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		clk := setFanClock(s)
+		id := storetest.Session(ctx, t, s, &storetest.SessionOpts{Priority: 1})
+		if err := s.DB.Exec(`UPDATE sessions SET status = 'escalated', escalated_at = ? WHERE id = ?`,
+			models.NewUTCTime(clk.Now().Add(-time.Hour)), id).Error; err != nil {
+			t.Fatal(err)
+		}
+		if r, err := s.Maintain(ctx); err != nil || r.SLABreaches != 0 {
+			t.Fatalf("first pass: %+v %v", r, err)
+		}
+		count := countStatements(t, s)
+		r, next, err := s.MaintainNext(ctx)
+		if err != nil || r != (models.MaintenanceReport{}) {
+			t.Fatalf("second pass: %+v %v", r, err)
+		}
+		if n := count(); n > 1 {
+			t.Fatalf("second pass sent %d statements: it retried the skipped row", n)
+		}
+		if !next.After(clk.Now().Add(time.Second)) {
+			t.Fatalf("next pass at %v, now %v: it would spin", next, clk.Now())
+		}
+	})
+}

@@ -325,7 +325,7 @@ func (s *Store) recordSLABreaches(ctx context.Context, limit int) (int, int, err
 	var due []breachCandidate
 	for _, b := range s.slaBuckets() {
 		var rows []breachCandidate
-		err := s.DB.WithContext(ctx).Table("sessions").Select("id, escalated_at").
+		err := s.DB.WithContext(ctx).Table(s.slaPendingFrom()).Select("id, escalated_at").
 			Where(slaPendingSQL).Where(b.where, b.args...).
 			Where("escalated_at <= ?", NewUTCTime(now.Add(-b.budget))).
 			Order("escalated_at, id").Limit(limit).Find(&rows).Error
@@ -364,6 +364,16 @@ func (s *Store) recordSLABreaches(ctx context.Context, limit int) (int, int, err
 
 // errAlreadyBreached aborts a breach whose event is already written.
 var errAlreadyBreached = fmt.Errorf("breach already recorded: %w", errSkip)
+
+// slaPendingFrom names the sessions table for queries over slaPendingSQL.
+// SQLite, without statistics, would rather walk an inbox index and skip the
+// breached escalations one by one, so it is told which index to use.
+func (s *Store) slaPendingFrom() string {
+	if s.Dialect == SQLite {
+		return "sessions INDEXED BY sessions_sla_pending_idx"
+	}
+	return "sessions"
+}
 
 // markBreached is the effect of a breach event: the escalation leaves
 // sessions_sla_pending_idx, so no later pass looks at it again.
