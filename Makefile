@@ -9,12 +9,18 @@ GO    ?= go
 export GOTOOLCHAIN := auto
 
 # Packages whose tests exercise concurrency (leases, long polls, the HTTP
-# server, the worker client) also run under the race detector. cmd/ is left
+# server, the worker client against the server) also run under the race
+# detector. cmd/ is left
 # out: its tests run the same code paths through the CLI, and -race on the
 # pure-Go SQLite driver is slow on two cores. The race run is -short: the
 # plan tests at scale (a million sessions) ran in full in the plain run, and
 # building their tables again finds no race.
-RACE_PKGS ?= ./models ./handlers ./web ./client
+RACE_PKGS ?= ./models ./handlers ./web ./clienttest
+
+# The Go client is its own module (client/go.mod, standard library only):
+# ./... at the root does not reach it, so test-go runs its tests there too.
+# Its tests against the real server live in the root module (clienttest/).
+CLIENT_DIR := client
 
 # Stamped into `taskpilots version`; empty means "read the VCS revision".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
@@ -38,23 +44,34 @@ test: npm-deps ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_
 # the standardwebhooks npm package, pinned in $(WEBHOOKS_VERIFY)'s
 # package-lock.json; npm ci runs again only when the lock file changes.
 WEBHOOKS_VERIFY := web/testdata/webhooks-verify
-npm-deps: $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json ## install the npm package the webhook tests verify with
+# The TypeScript client (client/typescript) builds with tsc and regenerates
+# its types with openapi-typescript, both pinned in its package-lock.json;
+# cmd/taskpilots/sdk_test.go runs its suite (and the Python client's, which
+# needs only python3) against a real server.
+TS_CLIENT := client/typescript
+npm-deps: $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json $(TS_CLIENT)/node_modules/.package-lock.json ## install the npm packages (webhook verifier, TypeScript client tooling)
 $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json: $(WEBHOOKS_VERIFY)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm (Node.js) is required: the webhook tests verify signatures with the standardwebhooks npm package" >&2; exit 1; }
 	cd $(WEBHOOKS_VERIFY) && npm ci --no-audit --no-fund
+$(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js) is required: the TypeScript client is built and tested with npm packages" >&2; exit 1; }
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
 
 # test-go expects TASKPILOTS_TEST_DATABASE_URL to answer; `make test` sees to it.
 test-go:
 	$(GO) test -count=1 ./...
+	cd $(CLIENT_DIR) && $(GO) test -count=1 ./...
 	$(GO) test -race -short -count=1 $(RACE_PKGS)
+	cd $(CLIENT_DIR) && $(GO) test -race -short -count=1 ./...
 
 test-race: npm-deps ## only the -race run
 	scripts/test-postgres.sh $(GO) test -race -count=1 $(RACE_PKGS)
+	cd $(CLIENT_DIR) && $(GO) test -race -count=1 ./...
 
 generate: ## regenerate templ components (commit the *_templ.go files)
 	$(GO) tool templ generate
 
-check: ## templ freshness, gofmt -l, go vet (what CI checks before testing)
+check: ## templ and TypeScript-client freshness, gofmt -l, go vet (what CI checks before testing)
 	scripts/check.sh
 
 # Each fuzz test in turn, FUZZTIME each; new findings land in the package's

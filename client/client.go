@@ -1,7 +1,8 @@
 // Package client is the Go SDK of TaskPilots Handoff for workers and
-// controllers. It speaks the JSON API of API.md (/api/v1) with typed
-// requests and answers, decodes problem+json errors into typed errors, and
-// retries safely: network errors and 502/503/504 (and 429) answers are
+// controllers. It speaks the JSON API under /api/v1, as the server's OpenAPI
+// document describes it (GET /api/v1/openapi.json, rendered at /api/docs),
+// with a method for every operation and typed requests and answers. It
+// decodes problem+json errors into typed errors and retries safely: network errors and 502/503/504 (and 429) answers are
 // retried with backoff, always re-sending the same Idempotency-Key, so a
 // retried write is applied at most once.
 //
@@ -94,7 +95,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 	c := &Client{
 		base: base, token: token, maxRetries: 4,
 		minBackoff: 100 * time.Millisecond, maxBackoff: 5 * time.Second, timeout: 30 * time.Second,
-		userAgent: "taskpilots-go-client/1", log: slog.New(slog.DiscardHandler),
+		userAgent: "taskpilots-go-client/1", log: slog.New(discardHandler{}),
 	}
 	for _, o := range opts {
 		o(c)
@@ -137,14 +138,13 @@ func NewIdempotencyKey() string {
 
 // request describes one logical call.
 type request struct {
-	method  string
-	path    string
-	query   url.Values
-	body    any
-	out     any
-	noBody  *bool // set to true on 204
-	wait    time.Duration
-	idemKey string
+	method string
+	path   string
+	query  url.Values
+	body   any
+	out    any
+	noBody *bool // set to true on 204
+	wait   time.Duration
 }
 
 // retryableStatus are the answers that mean "the request did not reach the
@@ -382,6 +382,13 @@ func (c *Client) transition(ctx context.Context, id, verb string, in TransitionI
 // Pause pauses a session (controller); its delegation is held and any lease
 // revoked.
 func (c *Client) Pause(ctx context.Context, id string, in TransitionInput, opts ...CallOption) (Outcome, error) {
+	return c.transition(ctx, id, "pause", in, opts)
+}
+
+// Snooze pauses a session until a time (controller): it resumes by itself
+// then. in.Until is set from until.
+func (c *Client) Snooze(ctx context.Context, id string, until time.Time, in TransitionInput, opts ...CallOption) (Outcome, error) {
+	in.Until = until.UTC().Format(time.RFC3339Nano)
 	return c.transition(ctx, id, "pause", in, opts)
 }
 

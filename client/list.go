@@ -30,6 +30,9 @@ type ListSessionsOptions struct {
 	Limit int
 	// Cursor continues from a previous page (SessionList.NextCursor).
 	Cursor string
+	// Stalled keeps only stalled sessions: left open with a next_step that
+	// has no route (use with Statuses: open).
+	Stalled bool
 }
 
 func (o ListSessionsOptions) query() url.Values {
@@ -47,6 +50,9 @@ func (o ListSessionsOptions) query() url.Values {
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Stalled {
+		q.Set("stalled", "true")
 	}
 	return q
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The session statuses of API.md.
+// The session statuses of the API.
 const (
 	StatusOpen            = "open"
 	StatusQueued          = "queued"
@@ -167,6 +167,9 @@ type TransitionInput struct {
 	Reason          string `json:"reason,omitempty"`
 	// Question is the question for the human (escalate only).
 	Question string `json:"question,omitempty"`
+	// Until snoozes a pause (pause only): the session resumes by itself at
+	// this time, RFC 3339 and in the future. See Snooze.
+	Until string `json:"until,omitempty"`
 }
 
 // DelegateInput queues a step of a session. Zero MaxAttempts and
@@ -182,6 +185,10 @@ type DelegateInput struct {
 	// PacketMaxBytes is the context packet's byte budget (4096–1048576;
 	// zero leaves the server's 32768).
 	PacketMaxBytes int `json:"packet_max_bytes,omitempty"`
+	// AvailableAt (RFC 3339) or DelaySeconds schedule the delegation: no
+	// worker can lease it before then. At most one may be given.
+	AvailableAt  string `json:"available_at,omitempty"`
+	DelaySeconds int    `json:"delay_seconds,omitempty"`
 }
 
 // Delegation is the answer to Delegate.

@@ -104,7 +104,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	n := max(w.Concurrency, 1, len(qs))
 	log := w.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.New(discardHandler{})
 	}
 	grace := w.GracePeriod
 	if grace <= 0 {
@@ -128,7 +128,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		firstErr error
 	)
 	for i := range n {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			if err := w.slot(leasing, work, qs[i%len(qs)], log); err != nil {
 				mu.Lock()
 				if firstErr == nil {
@@ -138,7 +140,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				// The other slots stop leasing and finish what they hold.
 				stopLeasing()
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	return firstErr

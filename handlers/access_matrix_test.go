@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/taskpilots/handoff/handlers/apicontract"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 	"github.com/taskpilots/handoff/web"
@@ -131,6 +132,7 @@ var accessMatrix = map[string]routeCase{
 	"GET /console/admin/verify":                       {want: admins(200)},
 	"GET /console/admin/verify/status":                {want: admins(200)},
 	"POST /console/admin/verify":                      {want: formAccess(403, 403, 303)},
+	"POST /console/admin/checkpoints":                 {want: formAccess(403, 403, 303)},
 	"GET /console/admin/users":                        {want: admins(200)},
 	"POST /console/admin/users":                       {want: formAccess(403, 403, 422)},
 	"POST /console/admin/users/:id/disable":           {path: "/console/admin/users/usr_missing/disable", want: formAccess(403, 403, 404)},
@@ -143,6 +145,7 @@ var accessMatrix = map[string]routeCase{
 
 	// The JSON API.
 	"GET /api/v1/openapi.json":               {want: everyone(200)},
+	"GET /api/docs":                          {want: everyone(200)},
 	"GET /api/v1/metrics":                    {want: readAPI(200)},
 	"POST /api/v1/sessions":                  {want: ctlAPI(422)},
 	"GET /api/v1/sessions":                   {want: readAPI(200)},
@@ -206,8 +209,8 @@ func newMatrixEnv(t *testing.T, s *models.Store) *matrixEnv {
 	if !ok {
 		t.Fatalf("web.NewServer returned %T, not the *echo.Echo whose routes the matrix walks", h)
 	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	// API exchanges are validated against the OpenAPI document.
+	srv := apicontract.Server(t, h)
 	m := &matrixEnv{t: t, e: e, srv: srv, cookies: map[caller]*browser{}, csrf: map[caller]string{}, tokens: map[caller]string{}}
 	base := &browser{t: t, s: s, srv: srv, client: newClient(t)}
 	m.cookies[anonymous] = base

@@ -159,8 +159,10 @@ func timeOrEmpty(t time.Time) string {
 
 // SessionTranscript serves GET /console/audit/sessions/:id/transcript.json:
 // every event of one session with its hashes, a note and a recipe to
-// re-verify the chain without this software.
-func SessionTranscript(s *models.Store) echo.HandlerFunc {
+// re-verify the chain without this software, and the newest signed
+// checkpoint covering the session with its inclusion proof (signing one
+// first when the session moved since the last), so that a cut tail shows.
+func SessionTranscript(s *models.Store, cp *models.Checkpointer) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
 		id := c.Param("id")
@@ -171,11 +173,15 @@ func SessionTranscript(s *models.Store) echo.HandlerFunc {
 		if err := s.RecordAdminAction(ctx, *u, models.AdminTranscript, "session", id, nil); err != nil {
 			return err
 		}
+		proof, err := s.TranscriptCheckpointFor(ctx, id, cp, u.Actor())
+		if err != nil {
+			return err
+		}
 		h := c.Response().Header()
 		h.Set(echo.HeaderContentDisposition, `attachment; filename="transcript-`+id+`.json"`)
-		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSONCharsetUTF8)
+		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 		h.Set("Cache-Control", "no-store")
 		c.Response().WriteHeader(http.StatusOK)
-		return s.WriteTranscript(ctx, c.Response(), id, u.Actor())
+		return s.WriteTranscript(ctx, c.Response(), id, u.Actor(), proof)
 	}
 }

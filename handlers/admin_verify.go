@@ -12,14 +12,44 @@ import (
 
 // AdminVerifyPage serves GET /console/admin/verify: the current or last run
 // of the background verification.
-func AdminVerifyPage(s *models.Store, v *models.Verifier) echo.HandlerFunc {
+func AdminVerifyPage(s *models.Store, v *models.Verifier, cp *models.Checkpointer) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		d, err := verifyData(c, s, v)
 		if err != nil {
 			return err
 		}
+		d.Checkpoints, err = checkpointData(c, s, cp)
+		if err != nil {
+			return err
+		}
+		if l := d.Checkpoints.Latest; l != nil {
+			// The page names the admin who signed it, like the run's starter.
+			more, err := s.DisplayNames(c.Request().Context(), l.CreatedBy)
+			if err != nil {
+				return fmt.Errorf("verify page: %w", err)
+			}
+			for k, v := range more {
+				d.Names[k] = v
+			}
+		}
 		return Render(c, http.StatusOK, views.AdminVerifyPage(d))
 	}
+}
+
+func checkpointData(c echo.Context, s *models.Store, cp *models.Checkpointer) (views.CheckpointData, error) {
+	d := views.CheckpointData{Enabled: cp.Enabled()}
+	if d.Enabled {
+		d.PublicKey = cp.Key.PublicKey
+		d.Every = cp.Every
+	}
+	latest, err := s.LatestCheckpoint(c.Request().Context())
+	switch {
+	case err == nil:
+		d.Latest = &latest
+	case !models.IsNotFound(err):
+		return d, fmt.Errorf("verify page: %w", err)
+	}
+	return d, nil
 }
 
 // AdminVerifyStatus serves GET /console/admin/verify/status, the fragment

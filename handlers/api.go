@@ -129,6 +129,12 @@ func actor(c echo.Context) string {
 	return tok.Actor()
 }
 
+// readerOf is the caller as a reader of review scores (blind double review).
+func readerOf(c echo.Context) models.ReviewReader {
+	tok, _ := c.Get(tokenKey).(models.APIToken)
+	return models.ReaderOfToken(tok)
+}
+
 // writeOutcome answers a write. Every write's body is built from the
 // models.Outcome alone (never from a read after the write), so that an
 // idempotent repeat, which gets the stored first outcome back, answers with

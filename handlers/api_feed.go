@@ -47,7 +47,7 @@ func (a *API) listFeed(c echo.Context) error {
 	wait := queryInt(c, "wait_seconds", 0, 0, models.MaxWaitSeconds, v)
 	q := models.FeedQuery{
 		After: c.QueryParam("after"), Queue: c.QueryParam("queue"), SessionID: c.QueryParam("session_id"),
-		Limit: int(limit),
+		Limit: int(limit), Reader: readerOf(c),
 	}
 	// types=a,b (or types=a&types=b).
 	for _, list := range params["types"] {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/taskpilots/handoff/handlers"
+	"github.com/taskpilots/handoff/handlers/apicontract"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/web"
 )
@@ -35,6 +36,9 @@ func newAPIEnv(t *testing.T, s *models.Store) *apiEnv {
 	if err != nil {
 		t.Fatalf("web.NewServer: %v", err)
 	}
+	// Every exchange is validated against the OpenAPI document, so each API
+	// test also checks that the code answers as the document says.
+	h = apicontract.Handler(t, h)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	e := &apiEnv{t: t, s: s, h: h, srv: srv}

@@ -2,9 +2,12 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/taskpilots/handoff/handlers"
+	"github.com/taskpilots/handoff/handlers/apicontract"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -262,5 +266,104 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		if strings.Join(documented, ",") != strings.Join(accepted, ",") {
 			t.Errorf("schema %s documents %v, the API accepts %v", name, documented, accepted)
 		}
+	}
+}
+
+// TestOpenAPIEveryOperationHasExamples: the rendered reference and client
+// authors learn the API from examples, so every operation has them: its
+// request body, every answer with a body (the shared problem answers
+// included) and its path parameters. Loading the document checks each
+// example against its schema.
+func TestOpenAPIEveryOperationHasExamples(t *testing.T) {
+	t.Parallel()
+	v, err := apicontract.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for path, item := range v.Doc().Paths.Map() {
+		for method, op := range item.Operations() {
+			where := fmt.Sprintf("%s %s (%s)", method, path, op.OperationID)
+			if rb := op.RequestBody; rb != nil && rb.Value != nil {
+				for ct, m := range rb.Value.Content {
+					if m.Example == nil && len(m.Examples) == 0 {
+						missing = append(missing, fmt.Sprintf("%s: the request body (%s) has no example", where, ct))
+					}
+				}
+			}
+			for code, r := range op.Responses.Map() {
+				if r.Value == nil {
+					continue
+				}
+				for ct, m := range r.Value.Content {
+					if m.Example == nil && len(m.Examples) == 0 {
+						name := "its " + code + " answer"
+						if r.Ref != "" {
+							name = "the shared answer " + r.Ref
+						}
+						missing = append(missing, fmt.Sprintf("%s: %s (%s) has no example", where, name, ct))
+					}
+				}
+			}
+			for _, p := range append(item.Parameters, op.Parameters...) {
+				if p.Value != nil && p.Value.In == "path" && p.Value.Example == nil && len(p.Value.Examples) == 0 {
+					missing = append(missing, fmt.Sprintf("%s: the path parameter %s has no example", where, p.Value.Name))
+				}
+			}
+		}
+	}
+	sort.Strings(missing)
+	missing = slices.Compact(missing)
+	for _, m := range missing {
+		t.Errorf("%s; add an \"example\" next to its schema in handlers/openapi.json (it is checked against the schema)", m)
+	}
+}
+
+// TestAPIDocsPage: /api/docs is a public page that loads the vendored Redoc
+// bundle from /static/ (no CDN) and points it at the document the API
+// serves; its relaxed style policy stays on that page alone.
+func TestAPIDocsPage(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, storetest.New(t, models.SQLite))
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		resp, err := e.srv.Client().Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := get("/api/docs")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /api/docs: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	script := regexp.MustCompile(`<script src="(/static/redoc\.standalone\.js\?v=[0-9a-f]+)"></script>`).FindStringSubmatch(body)
+	if script == nil || !strings.Contains(body, `<redoc spec-url="/api/v1/openapi.json"></redoc>`) {
+		t.Fatalf("the page does not load the vendored Redoc on the served document:\n%s", body)
+	}
+	if regexp.MustCompile(`(?i)(src|href)="(https?:)?//`).MatchString(body) || strings.Contains(body, "<script>") {
+		t.Fatalf("the page loads something from another origin or has an inline script:\n%s", body)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	if csp != handlers.APIDocsCSP {
+		t.Fatalf("CSP %q, want %q", csp, handlers.APIDocsCSP)
+	}
+	if strings.Contains(csp, "unsafe-eval") || strings.Contains(csp, "script-src") {
+		t.Fatalf("the page's policy relaxes scripts: %q", csp)
+	}
+	resp, js := get(script[1])
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), "javascript") || !strings.Contains(js, "ReDoc") {
+		t.Fatalf("the vendored bundle: %d %s, %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(js))
+	}
+	resp, doc := get("/api/v1/openapi.json")
+	if resp.StatusCode != http.StatusOK || doc != string(handlers.OpenAPIDocument()) {
+		t.Fatalf("the document the page renders: %d", resp.StatusCode)
+	}
+	// Every other page keeps the strict policy.
+	resp, _ = get("/login")
+	if got := resp.Header.Get("Content-Security-Policy"); strings.Contains(got, "unsafe-inline") || strings.Contains(got, "blob:") {
+		t.Fatalf("/login has the docs page's policy: %q", got)
 	}
 }

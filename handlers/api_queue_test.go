@@ -230,35 +230,50 @@ func TestAPIResultIdempotent(t *testing.T) {
 }
 
 // TestAPILongPollWakes: a waiting lease returns the work as soon as it is
-// delegated, well before its wait is over.
+// delegated, because the delegation wakes it. The poll waits 30 s and its
+// periodic re-check is set to an hour, and the work is queued only once the
+// poll has looked and found nothing: so the lease can arrive only through
+// the wake-up, or through the poll's last look at its 30 s deadline, which
+// the broker's wake count tells apart.
+//
+// To see it fail, switch wake-ups off: comment out s.Wake.Notify(queue) in
+// Store.announce (models/notify.go). The poll then sleeps to its deadline,
+// leases the work in its last look and the test fails on the wake count.
 func TestAPILongPollWakes(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		s.LeaseRecheck = time.Hour
 		e := newAPIEnv(t, s)
 		sid := e.createSession(nil)
-		type answer struct {
-			r       apiResponse
-			elapsed time.Duration
-		}
-		done := make(chan answer, 1)
+		done := make(chan apiResponse, 1)
 		go func() {
-			start := time.Now()
-			r := e.post(e.worker, "/queues/longpoll/lease", map[string]any{"worker": "w-1", "wait_seconds": 10})
-			done <- answer{r, time.Since(start)}
+			done <- e.post(e.worker, "/queues/longpoll/lease", map[string]any{"worker": "w-1", "wait_seconds": 30})
 		}()
-		// Give the poll a moment to start waiting; the test holds either way.
-		time.Sleep(200 * time.Millisecond)
+		waitParked(t, s, "longpoll")
 		did := e.delegate(sid, 1, "longpoll", nil)
-		a := <-done
 		var l apiLease
-		wantStatus(t, a.r, http.StatusOK).Decode(t, &l)
+		wantStatus(t, <-done, http.StatusOK).Decode(t, &l)
 		if l.DelegationID != did || l.SessionID != sid || l.Attempt != 1 {
 			t.Fatalf("lease = %+v", l)
 		}
-		if a.elapsed > 8*time.Second {
-			t.Fatalf("long poll took %v to see work queued while it waited 10s", a.elapsed)
+		if n := s.Wake.Wakes("longpoll"); n != 1 {
+			t.Fatalf("the poll leased the work after %d wake-ups; want 1: it found the work at its deadline, not when it was queued", n)
 		}
 	})
+}
+
+// waitParked waits until a lease long poll on queue has looked for work,
+// found none and waits: work queued from then on reaches it only by a
+// wake-up (or a re-check).
+func waitParked(t *testing.T, s *models.Store, queue string) {
+	t.Helper()
+	// A guard against a poll that never starts, not a timing assertion.
+	for deadline := time.Now().Add(20 * time.Second); s.Wake.Parked(queue) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no long poll waits on queue %s", queue)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // TestAPILongPollHonoursCancellation: a poll whose caller goes away stops

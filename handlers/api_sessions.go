@@ -106,6 +106,10 @@ func (a *API) listEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// Blind double review: scores still blind to this token are redacted.
+	if evs, err = a.Store.RedactReviews(ctx, readerOf(c), evs); err != nil {
+		return err
+	}
 	page := eventsPage{Events: make([]eventView, 0, len(evs)), NextAfterSeq: after}
 	for _, e := range evs {
 		payload := json.RawMessage(e.Payload)
@@ -124,8 +128,9 @@ func (a *API) listEvents(c echo.Context) error {
 }
 
 // stateAt serves GET /sessions/{id}/state?version=V: the state rebuilt by
-// replaying the first V events, in the canonical encoding the session row
-// stores (so version = current answers exactly the stored state).
+// replaying its events up to version V (models.Store.StateAt), in the
+// canonical encoding the session row stores (so version = current answers
+// exactly the stored state).
 func (a *API) stateAt(c echo.Context) error {
 	v := &models.ValidationError{}
 	if c.QueryParam("version") == "" {

@@ -19,12 +19,11 @@ import (
 // takeoverEnv is a server with two agents and an admin, and a session that a
 // worker escalated (version 4).
 type takeoverEnv struct {
-	s              *models.Store
-	ana, ben, adm  *browser
-	anaU, benU     models.User
-	admU           models.User
-	id, path       string
-	evidenceBefore int
+	s             *models.Store
+	ana, ben, adm *browser
+	anaU, benU    models.User
+	admU          models.User
+	id, path      string
 }
 
 func newTakeoverEnv(t *testing.T, s *models.Store) *takeoverEnv {

@@ -68,9 +68,7 @@ func FuzzConsoleForm(f *testing.F) {
 		return rec
 	}
 	keep := func(rec *httptest.ResponseRecorder) {
-		for _, c := range rec.Result().Cookies() {
-			cookies = append(cookies, c)
-		}
+		cookies = append(cookies, rec.Result().Cookies()...)
 	}
 	rec := serve(http.MethodGet, "/login", "")
 	keep(rec)

@@ -40,7 +40,7 @@ func ConsoleSession(s *models.Store) echo.HandlerFunc {
 // decides which takeover forms the current user gets.
 func loadSessionPage(c echo.Context, s *models.Store, id string) (views.SessionPageData, error) {
 	ctx := c.Request().Context()
-	detail, err := s.GetSessionDetail(ctx, id)
+	detail, err := s.GetSessionDetail(ctx, id, models.ReaderOfUser(*CurrentUser(c)))
 	if err != nil {
 		return views.SessionPageData{}, err
 	}

@@ -24,9 +24,6 @@ func ReviewNext(s *models.Store, p models.ReviewPolicy) echo.HandlerFunc {
 // is the banner of what was just achieved.
 func openNextReview(c echo.Context, s *models.Store, p models.ReviewPolicy, done string) error {
 	ctx := c.Request().Context()
-	if _, err := s.SyncReviewItems(ctx, p); err != nil {
-		return err
-	}
 	k, ok, err := s.ClaimNextReview(ctx, *CurrentUser(c), p)
 	if err != nil {
 		return err

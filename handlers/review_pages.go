@@ -15,13 +15,11 @@ import (
 
 // ReviewQueue serves GET /console/reviews: the decided escalations that
 // still need a score, oldest first (?assigned=me: the ones the reviewer
-// holds; ?after= pages). New decisions are picked up from the log first.
+// holds; ?after= pages). It only reads: the write path queues each decided
+// escalation with its decision (models.Store.queueReviewItem).
 func ReviewQueue(s *models.Store, p models.ReviewPolicy) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
-		if _, err := s.SyncReviewItems(ctx, p); err != nil {
-			return err
-		}
 		d := views.ReviewQueueData{
 			Mine:     c.QueryParam("assigned") == "me",
 			After:    strings.TrimSpace(c.QueryParam("after")),

@@ -29,14 +29,15 @@ const (
 	AdminTokenRevoke  = "token.revoke"
 	// AdminTokenRename is written only by migration 14, which renamed
 	// tokens that shared a name with an older one.
-	AdminTokenRename   = "token.rename"
-	AdminVerifyStart   = "verify.start"
-	AdminVerifyFinish  = "verify.finish"
-	AdminAuditExport   = "audit.export"
-	AdminTranscript    = "audit.transcript"
-	AdminRoutePut      = "route.put"
-	AdminRouteDelete   = "route.delete"
-	adminAuditMaxLimit = 200
+	AdminTokenRename     = "token.rename"
+	AdminVerifyStart     = "verify.start"
+	AdminVerifyFinish    = "verify.finish"
+	AdminAuditExport     = "audit.export"
+	AdminTranscript      = "audit.transcript"
+	AdminRoutePut        = "route.put"
+	AdminRouteDelete     = "route.delete"
+	AdminCheckpointWrite = "checkpoint.write"
+	adminAuditMaxLimit   = 200
 )
 
 // AdminAudit is one admin action. Before and After are JSON (null when the
@@ -462,11 +463,20 @@ func (r VerifyRun) problems(kinds ...string) []Problem {
 	return out
 }
 
+// CheckpointProblems are the problems where the log no longer holds what a
+// signed checkpoint recorded, or a checkpoint itself was changed.
+func (r VerifyRun) CheckpointProblems() []Problem {
+	return r.problems(ProblemCheckpoint, ProblemMissing, ProblemTruncated, ProblemRewritten)
+}
+
 // Verifier runs Store.Verify in the background for the console, one run at a
 // time per process, and keeps the last run's progress and report.
 type Verifier struct {
 	Store *Store
 	Log   *slog.Logger
+	// PublicKeys are the checkpoint keys trusted by the checkpoint checks
+	// (the server's own key); empty: the keys recorded in the database.
+	PublicKeys []string
 	// Timeout bounds a run; default one hour.
 	Timeout time.Duration
 
@@ -512,7 +522,7 @@ func (v *Verifier) Start(ctx context.Context, admin User) (bool, error) {
 			v.mu.Lock()
 			v.run.Done, v.run.Total = d, t
 			v.mu.Unlock()
-		}})
+		}, Checkpoints: &CheckpointVerifyOpts{PublicKeys: v.PublicKeys}})
 		v.mu.Lock()
 		v.run.Running = false
 		v.run.FinishedAt = v.Store.now()

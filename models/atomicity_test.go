@@ -69,11 +69,12 @@ func TestWriteIsAtomic(t *testing.T) {
 }
 
 // TestMissedVersionGuardCommitsNothing covers the case the session lock
-// normally rules out: the versioned projection update matching no row. On
+// normally rules out: the projection update, conditional on the last seq
+// read, matching no row. On
 // PostgreSQL the COMMIT travels in the same batch as the last queued
 // statements, so the miss must fail on the server, before the COMMIT; a
 // check in Go would come too late and the queued effect would commit. The
-// command's Prepare moves the version on behind the write path's back,
+// command's Prepare moves the seq on behind the write path's back,
 // and its Effect queues a delegation row.
 func TestMissedVersionGuardCommitsNothing(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, s *models.Store) {
@@ -87,11 +88,11 @@ func TestMissedVersionGuardCommitsNothing(t *testing.T) {
 			SessionID: id, Type: models.EventDelegationCreated, Actor: "test:controller", IdempotencyKey: "guard-1",
 			Payload: models.DelegationPayload{DelegationID: "dlg_guard", Queue: "refunds", Step: "check", MaxAttempts: 3, LeaseSeconds: 30},
 			Prepare: func(tx *models.Tx, cur models.State) (any, error) {
-				_, err := tx.Exec(`UPDATE sessions SET state_version = state_version + 1 WHERE id = ?`, id)
+				_, err := tx.Exec(`UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ?`, id)
 				return nil, err
 			},
 			Effect: func(tx *models.Tx, next models.State, ev models.Event) (any, error) {
-				tx.Later(func(_ int64, err error) error { return err }, `INSERT INTO delegations (id, session_id, queue, step, status,
+				tx.Later(func(err error) error { return err }, `INSERT INTO delegations (id, session_id, queue, step, status,
 					attempt, max_attempts, lease_seconds, available_at, created_at, updated_at)
 					VALUES ('dlg_guard', ?, 'refunds', 'check', 'queued', 1, 3, 30, ?, ?, ?)`, id, ev.CreatedAt, ev.CreatedAt, ev.CreatedAt)
 				return nil, nil

@@ -384,11 +384,15 @@ const TranscriptFormat = "taskpilots.transcript.v1"
 const TranscriptNote = "This is the complete event log of one session, in order, as stored. " +
 	"Every event carries the SHA-256 hash of its content and the hash of the event before it (prev_hash), " +
 	"so changing, removing or reordering any event breaks the chain. Follow the recipe to re-verify it " +
-	"without TaskPilots; `taskpilots verify` and the admin console check the same chain and also replay the state."
+	"without TaskPilots; `taskpilots verify` and the admin console check the same chain and also replay the state. " +
+	"Cutting events off the end (and fixing last_hash) would keep the chain intact: the checkpoint section, when present, " +
+	"is a signed statement of how many events this session had and the hash of the last, with the proof that links it " +
+	"to the signed root; `taskpilots verify --transcript FILE --checkpoint-pubkey KEY` checks all of it offline."
 
 // TranscriptRecipe says how to recompute the chain of a transcript.
 var TranscriptRecipe = []string{
-	"1. Take the events in order; seq runs 1, 2, … n and version_after equals seq.",
+	"1. Take the events in order; seq runs 1, 2, … n, and each version_before equals the previous event's version_after " +
+		"(version_after is one more for an event that changes the work, the same for an audit-only one such as a review score).",
 	"2. The first event's prev_hash is \"\"; every later event's prev_hash must equal the previous event's hash.",
 	"3. For each event build this text, with no spaces, keys in exactly this order: " +
 		`{"session_id":S,"seq":N,"type":S,"actor":S,"version_before":N,"version_after":N,"payload":P,"idempotency_key":S,"prev_hash":S,"created_at":S} ` +
@@ -435,11 +439,15 @@ type transcriptHead struct {
 	TicketRef    string                 `json:"ticket_ref"`
 	Goal         string                 `json:"goal"`
 	StateVersion int64                  `json:"state_version"`
+	LastSeq      int64                  `json:"last_seq"`
 	LastHash     string                 `json:"last_hash"`
 	ExportedAt   string                 `json:"exported_at"`
 	ExportedBy   string                 `json:"exported_by"`
 	Note         string                 `json:"note"`
 	Verification TranscriptVerification `json:"verification"`
+	// Checkpoint is the newest signed checkpoint covering the session, with
+	// the session's inclusion proof; absent when none covers it.
+	Checkpoint *TranscriptCheckpoint `json:"checkpoint,omitempty"`
 }
 
 // Transcript is a decoded transcript (tests and tools read it back).
@@ -449,18 +457,21 @@ type Transcript struct {
 }
 
 // WriteTranscript writes the transcript of a session as one JSON document:
-// a head (ids, the note and the verification recipe) and every event up to
-// the version read with the head, streamed page by page.
-func (s *Store) WriteTranscript(ctx context.Context, w io.Writer, sessionID, exportedBy string) error {
+// a head (ids, the note, the verification recipe and cp, the checkpoint
+// covering the session, if any) and every event up to the version read with
+// the head, streamed page by page. cp must have been made before the head is
+// read (TranscriptCheckpointFor), so that the events reach its count.
+func (s *Store) WriteTranscript(ctx context.Context, w io.Writer, sessionID, exportedBy string, cp *TranscriptCheckpoint) error {
 	row, err := s.GetSession(ctx, sessionID)
 	if err != nil {
 		return err
 	}
 	head := transcriptHead{
 		Format: TranscriptFormat, SessionID: row.ID, TicketRef: row.TicketRef, Goal: row.Goal,
-		StateVersion: row.StateVersion, LastHash: row.LastHash, ExportedAt: NewUTCTime(s.now()).String(),
+		StateVersion: row.StateVersion, LastSeq: row.LastSeq, LastHash: row.LastHash, ExportedAt: NewUTCTime(s.now()).String(),
 		ExportedBy: exportedBy, Note: TranscriptNote,
 		Verification: TranscriptVerification{Algorithm: "sha256", Recipe: TranscriptRecipe, Python: TranscriptPython},
+		Checkpoint:   cp,
 	}
 	b, err := json.MarshalIndent(head, "", "  ")
 	if err != nil {
@@ -473,16 +484,18 @@ func (s *Store) WriteTranscript(ctx context.Context, w io.Writer, sessionID, exp
 	bw.WriteString(",\n  \"events\": [")
 	var after int64
 	first := true
-	for after < row.StateVersion {
+	// Up to the seq read with the head, so that last_hash is the hash of
+	// the last event written out.
+	for after < row.LastSeq {
 		evs, err := s.ListEvents(ctx, sessionID, after, 1000)
 		if err != nil {
 			return err
 		}
-		if len(evs) == 0 || evs[0].Seq > row.StateVersion {
+		if len(evs) == 0 || evs[0].Seq > row.LastSeq {
 			break
 		}
 		for _, e := range evs {
-			if e.Seq > row.StateVersion {
+			if e.Seq > row.LastSeq {
 				break
 			}
 			eb, err := json.Marshal(ExportOf(e))

@@ -261,7 +261,7 @@ func TestTranscriptReverifies(t *testing.T) {
 			}
 		}
 		var buf bytes.Buffer
-		if err := s.WriteTranscript(ctx, &buf, sid, "user:usr_admin"); err != nil {
+		if err := s.WriteTranscript(ctx, &buf, sid, "user:usr_admin", nil); err != nil {
 			t.Fatal(err)
 		}
 		var tr models.Transcript
@@ -286,7 +286,7 @@ func TestTranscriptReverifies(t *testing.T) {
 		if verifyTranscript(tampered) == "" {
 			t.Fatal("recipe accepts a removed event")
 		}
-		if err := s.WriteTranscript(ctx, io.Discard, "ses_missing", ""); models.ErrorCode(err) != models.ENOTFOUND {
+		if err := s.WriteTranscript(ctx, io.Discard, "ses_missing", "", nil); models.ErrorCode(err) != models.ENOTFOUND {
 			t.Fatalf("unknown session: %v", err)
 		}
 	})

@@ -7,11 +7,15 @@ import "sync"
 type Broker struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}
+	// parked counts, per queue, the long polls that looked, found nothing
+	// and now wait for a wake-up (or their re-check); wakes counts the waits
+	// that a wake-up ended.
+	parked, wakes map[string]int
 }
 
 // NewBroker returns an empty broker.
 func NewBroker() *Broker {
-	return &Broker{waiters: make(map[string]map[chan struct{}]struct{})}
+	return &Broker{waiters: make(map[string]map[chan struct{}]struct{}), parked: make(map[string]int), wakes: make(map[string]int)}
 }
 
 // Subscribe returns a channel that receives a signal when work may be
@@ -44,4 +48,41 @@ func (b *Broker) Notify(queue string) {
 		default:
 		}
 	}
+}
+
+// park counts a subscribed long poll on queue as waiting, until the
+// returned function is called, with whether a wake-up ended the wait.
+func (b *Broker) park(queue string) (unpark func(woken bool)) {
+	b.mu.Lock()
+	b.parked[queue]++
+	b.mu.Unlock()
+	return func(woken bool) {
+		b.mu.Lock()
+		if b.parked[queue]--; b.parked[queue] == 0 {
+			delete(b.parked, queue)
+		}
+		if woken {
+			b.wakes[queue]++
+		}
+		b.mu.Unlock()
+	}
+}
+
+// Parked returns how many long polls on queue have looked for work, found
+// none, and wait now. Work queued while a poll is parked can reach it only
+// through a wake-up (or its next re-check or its last look at the
+// deadline), which is what the wake-up tests need to know before they
+// queue it.
+func (b *Broker) Parked(queue string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.parked[queue]
+}
+
+// Wakes returns how many waits of long polls on queue a wake-up ended (not
+// a re-check, deadline or cancellation) since the broker was made.
+func (b *Broker) Wakes(queue string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.wakes[queue]
 }

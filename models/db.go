@@ -49,8 +49,16 @@ type Store struct {
 	// Wake is signalled after commits that make work available, so that long
 	// polls in this process return at once. PostgreSQL listeners feed it too.
 	Wake *Broker
+	// LeaseRecheck is how often a waiting lease long poll looks at its
+	// queue again when nothing woke it; 0 means DefaultLeaseRecheck. Set it
+	// before serving.
+	LeaseRecheck time.Duration
 	// SLA is the escalation SLA per priority; nil means DefaultSLAPolicy.
 	SLA SLAPolicy
+	// Reviews is the review policy: the write path adds a decided
+	// escalation to the review queue with it (the zero value is the
+	// default policy).
+	Reviews ReviewPolicy
 	// Observer, if set, hears about committed and rejected writes.
 	Observer Observer
 	url      string

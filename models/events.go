@@ -55,8 +55,11 @@ var AllEventTypes = []EventType{
 }
 
 // Event is one immutable record of a transition in a session. Seq runs 1..n
-// per session and equals VersionAfter; Hash covers the canonical encoding of
-// the event including PrevHash, the hash of the session's previous event.
+// per session: the event's position in the hash chain. VersionBefore and
+// VersionAfter are the state version around it: one apart for an event that
+// changes the work, equal for an audit-only one (version_rule.go), so
+// VersionAfter <= Seq. Hash covers the canonical encoding of the event
+// including PrevHash, the hash of the session's previous event.
 type Event struct {
 	ID             string    `gorm:"primaryKey" json:"id"`
 	SessionID      string    `json:"session_id"`
@@ -272,7 +275,11 @@ func Apply(s State, e Event) (State, error) {
 	} else if !Allowed(s.Status, e.Type) {
 		return s, &IllegalTransitionError{SessionID: s.SessionID, From: s.Status, Event: e.Type, CurrentVersion: s.Version}
 	}
-	if e.VersionBefore != s.Version || e.VersionAfter != s.Version+1 || e.Seq != e.VersionAfter {
+	// The version moves by the rule of the event's type (invariant 10);
+	// audit-only events written before the rule moved it too and still
+	// replay as written. Seq is never behind the version.
+	if e.VersionBefore != s.Version || e.Seq < e.VersionAfter ||
+		(e.VersionAfter != s.Version+VersionStep(e.Type) && !legacyAuditEvent(e)) {
 		return s, fmt.Errorf("apply %s seq %d: versions %d→%d do not follow state version %d",
 			e.Type, e.Seq, e.VersionBefore, e.VersionAfter, s.Version)
 	}

@@ -11,19 +11,24 @@ package models
 // is never read. No amount of re-reading fixes that without the reader
 // guessing how long a transaction may stay open.
 //
-// So an event gets its feed position (events.feed_pos) only once it is
-// committed, from a sequencer, as event stores do it (Marten's high-water
-// mark daemon, Postgres outboxes):
+// So an event gets its feed position only once it is committed, from a
+// sequencer, as event stores do it (Marten's high-water mark daemon,
+// Postgres outboxes). Positions live in their own narrow table, feed(pos,
+// event_id, horizon): numbering an event inserts a small row there, and the
+// wide event row is written once, by the write path, and never again (an
+// UPDATE of it would write a new version of the whole row and a new entry in
+// every index of events, which cost the write path several percent).
 //
-//   - The write path inserts events with feed_pos NULL (and, on PostgreSQL,
-//     its transaction id in feed_xid, which bounds the sequencer's scan:
-//     see sequencePostgres), in the same statement as before: no extra
-//     statement, no extra round trip. After a commit that appended events, Write
-//     kicks the sequencer with a non-blocking send on a channel (bursts
-//     coalesce into one kick).
+//   - The write path inserts events with a feed_xid (on PostgreSQL its
+//     transaction id, on SQLite the highest so far plus one), which bounds
+//     the sequencer's scan (see sequencePostgres), in the same statement as
+//     before: no extra statement, no extra round trip. After a commit that
+//     appended events, Write kicks the sequencer with a non-blocking send on
+//     a channel (bursts coalesce into one kick).
 //   - SequenceFeed, run by one goroutine per server process (RunSequencer),
-//     numbers every visible (hence committed) pending event in ONE statement,
-//     from max(feed_pos)+1 on, contiguously, in one short transaction. On
+//     numbers every visible (hence committed) event not yet in feed in ONE
+//     statement, from max(pos)+1 on, contiguously, in one short transaction
+//     (feed.event_id is unique: an event is never numbered twice). On
 //     PostgreSQL the transaction first takes an advisory lock, so that
 //     sequencers of several processes take turns; one that waited starts its
 //     statement after the other committed, sees its positions and what it
@@ -34,8 +39,8 @@ package models
 //     committed one after the other (its row is locked), so they can only be
 //     sequenced in seq order even when the clocks of two server processes
 //     disagree. A later batch only ever adds higher positions.
-//   - A reader reads hi = max(feed_pos) (one index probe) and then the rows
-//     with cursor < feed_pos <= hi. Everything up to hi is committed and
+//   - A reader reads hi = max(pos) (one index probe) and then the rows
+//     with cursor < pos <= hi, joined with their events. Everything up to hi is committed and
 //     numbered, so nothing is skipped, and a position is read once; when the
 //     page is not full the next cursor is hi, so a reader with filters does
 //     not scan the same non-matching rows again.
@@ -96,6 +101,10 @@ type FeedQuery struct {
 	SessionID string
 	// Limit is the page size, 1 to MaxFeedLimit; 0 means DefaultFeedLimit.
 	Limit int
+	// Reader is who reads the page: review scores still blind to it are
+	// redacted (RedactReviews). The zero value is a reader without
+	// identity, to whom every blind score is redacted.
+	Reader ReviewReader
 }
 
 // FeedEvent is one event as the feed tells it.
@@ -179,7 +188,7 @@ type feedRow struct {
 // committed and numbered. One probe of the unique index.
 func (s *Store) feedHigh(db *gorm.DB) (int64, error) {
 	var hi *int64
-	if err := db.Raw(`SELECT max(feed_pos) FROM events WHERE feed_pos IS NOT NULL`).Scan(&hi).Error; err != nil {
+	if err := db.Raw(`SELECT max(pos) FROM feed`).Scan(&hi).Error; err != nil {
 		return 0, fmt.Errorf("feed: high-water mark: %w", err)
 	}
 	if hi == nil {
@@ -222,12 +231,12 @@ func (s *Store) ReadFeed(ctx context.Context, q FeedQuery) (FeedPage, error) {
 		sql  strings.Builder
 		args []any
 	)
-	sql.WriteString(`SELECT e.id AS event_id, e.session_id, e.seq, e.type, e.actor, e.version_after, e.payload, e.created_at, e.feed_pos AS pos FROM events e`)
+	sql.WriteString(`SELECT e.id AS event_id, e.session_id, e.seq, e.type, e.actor, e.version_after, e.payload, e.created_at, f.pos FROM feed f JOIN events e ON e.id = f.event_id`)
 	if q.Queue != "" {
 		sql.WriteString(` JOIN sessions s ON s.id = e.session_id AND s.queue = ?`)
 		args = append(args, q.Queue)
 	}
-	sql.WriteString(` WHERE e.feed_pos > ? AND e.feed_pos <= ?`)
+	sql.WriteString(` WHERE f.pos > ? AND f.pos <= ?`)
 	args = append(args, after, hi)
 	if len(q.Types) > 0 {
 		sql.WriteString(` AND e.type IN ?`)
@@ -241,7 +250,7 @@ func (s *Store) ReadFeed(ctx context.Context, q FeedQuery) (FeedPage, error) {
 		sql.WriteString(` AND e.session_id = ?`)
 		args = append(args, q.SessionID)
 	}
-	sql.WriteString(` ORDER BY e.feed_pos LIMIT ?`)
+	sql.WriteString(` ORDER BY f.pos LIMIT ?`)
 	args = append(args, limit)
 	var rows []feedRow
 	if err := db.Raw(sql.String(), args...).Scan(&rows).Error; err != nil {
@@ -257,6 +266,9 @@ func (s *Store) ReadFeed(ctx context.Context, q FeedQuery) (FeedPage, error) {
 			EventID: r.EventID, SessionID: r.SessionID, Seq: r.Seq, Type: r.Type, Actor: r.Actor,
 			VersionAfter: r.VersionAfter, Payload: payload, CreatedAt: r.CreatedAt, Pos: r.Pos,
 		})
+	}
+	if err := s.redactFeed(ctx, q.Reader, page.Events); err != nil {
+		return FeedPage{}, err
 	}
 	if len(rows) == limit {
 		page.NextCursor = EncodeFeedCursor(rows[len(rows)-1].Pos)
@@ -303,8 +315,10 @@ type feedState struct {
 	kick   chan struct{}
 	signal signal
 	// horizon is the lower bound of feed_xid of the events still pending
-	// (PostgreSQL; see sequencePostgres). 0 scans them all.
-	horizon atomic.Int64
+	// (see sequencePostgres). 0 scans them all; the first pass of a process
+	// starts from the bound its predecessor stored (horizonLoaded).
+	horizon       atomic.Int64
+	horizonLoaded atomic.Bool
 	// batches and numbered count the non-empty batches of this process's
 	// sequencer and the events they numbered (FeedSequencerStats).
 	batches, numbered atomic.Int64
@@ -359,50 +373,104 @@ func (g *signal) fire() {
 	}
 }
 
-// feedNumbered is the sequencing statement's core: number the pending
-// committed events from max(feed_pos)+1, ordered by the running maximum of
-// created_at within the session (clock skew between processes cannot
-// reorder a session), then session and seq. LIMIT keeps every session's
-// numbered events a prefix of its pending ones, since that order follows seq
-// within a session. pendingBound narrows the scan of the pending rows (see
-// sequencePostgres).
-func feedNumbered(pendingBound string) string {
+// feedNumbered is the sequencing statement's core: number the committed
+// events that pending finds (those with feed_xid >= the bound and not in
+// feed yet) from max(pos)+1, ordered by the running maximum of created_at
+// within the session (clock skew between processes cannot reorder a
+// session), then session and seq. LIMIT keeps every session's numbered
+// events a prefix of its pending ones, since that order follows seq within
+// a session.
+func feedNumbered(pending string) string {
 	return `pending AS (
-	SELECT id, session_id, seq, max(created_at) OVER (PARTITION BY session_id ORDER BY seq) AS t
-	FROM events WHERE feed_pos IS NULL` + pendingBound + `
+	SELECT e.id, e.session_id, e.seq, max(e.created_at) OVER (PARTITION BY e.session_id ORDER BY e.seq) AS t
+	` + pending + `
 ), numbered AS (
-	SELECT id, (SELECT coalesce(max(feed_pos), 0) FROM events WHERE feed_pos IS NOT NULL)
-	       + row_number() OVER (ORDER BY t, session_id, seq) AS pos
+	SELECT id, (SELECT coalesce(max(pos), 0) FROM feed) + row_number() OVER (ORDER BY t, session_id, seq) AS pos
 	FROM pending ORDER BY t, session_id, seq LIMIT ` + strconv.Itoa(feedBatch) + `
 )`
 }
 
+// feedPendingPostgres finds the events to number on PostgreSQL. Its shape
+// keeps the plan a handful of index probes whatever the statistics say
+// (there are none on a table autovacuum has not analyzed yet): the upper
+// bound, the snapshot's xmax, filters nothing (no visible transaction is at
+// or above it) but makes the scan of events a range, estimated small; and
+// the lateral probe of feed's event_id index cannot become a hash anti-join,
+// which would read all of feed on every pass (and, estimated big, pay for a
+// JIT compilation too).
+const feedPendingPostgres = `FROM events e
+	LEFT JOIN LATERAL (SELECT 1 AS x FROM feed f WHERE f.event_id = e.id LIMIT 1) f ON true
+	WHERE e.feed_xid >= $2 AND e.feed_xid < pg_snapshot_xmax(pg_current_snapshot())::text::bigint AND f.x IS NULL`
+
 // sequencePostgres numbers a batch and, when it numbered any, notifies
 // FeedChannel ($1) with the highest position; the notice is delivered at
-// commit. It also returns the xmin of its snapshot, the next pass's bound.
+// commit. It returns the bound of the next pass's scan, which it also
+// stores in the batch's feed rows (horizon) for the next process.
 //
-// Why the bound: an event row is inserted with feed_pos NULL and numbered by
-// an UPDATE, which on PostgreSQL leaves the old row version, and its entry in
-// the pending index, behind until VACUUM. Scanning "feed_pos IS NULL" would
-// walk every such dead entry since the last vacuum, on every pass. So the
-// write path stores the writing transaction's id in feed_xid, the pending
-// index is on feed_xid, and a pass scans only feed_xid >= $2, the xmin of the
-// previous pass's snapshot: every transaction below it had ended before that
-// pass, so its events were visible to it and numbered then (unless the batch
-// was full, in which case the bound does not move). Rows without feed_xid
-// (written by anything but the write path) are always scanned.
-var sequencePostgres = `WITH ` + feedNumbered(` AND (feed_xid >= $2 OR feed_xid IS NULL)`) + `, upd AS (
-	UPDATE events e SET feed_pos = n.pos FROM numbered n WHERE e.id = n.id RETURNING e.feed_pos
+// Why the bound: without it a pass would look at every event to find the
+// few not in feed. The write path stores the writing transaction's id in
+// feed_xid, and a pass scans only feed_xid >= $2, the lowest transaction id
+// that was still running at the previous pass's snapshot (or, with none,
+// the snapshot's xmax): every transaction below it had ended before that
+// pass, so its events were visible to it and numbered then (unless the
+// batch was full, in which case the bound does not move).
+//
+// The running transactions are those of the snapshot (pg_snapshot_xip)
+// less those of other databases that pg_stat_activity shows still running
+// after the snapshot was taken: they cannot have written events here, and
+// a long transaction elsewhere in the cluster (a dump, a report) would
+// otherwise hold the bound back and make every pass scan, and anti-join,
+// every event written since it began. One that ended meanwhile is kept:
+// it is not known where it wrote. (Where backend_xid is hidden from this
+// role, nothing is excluded: the bound is then the snapshot's xmin.)
+var sequencePostgres = `WITH ` + feedNumbered(feedPendingPostgres) + `, next AS (
+	SELECT CASE WHEN (SELECT count(*) FROM numbered) < ` + strconv.Itoa(feedBatch) + ` THEN coalesce(
+		(SELECT min(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+		 WHERE x::xid NOT IN (SELECT backend_xid FROM pg_stat_activity
+			WHERE backend_xid IS NOT NULL AND datname IS NOT NULL AND datname <> current_database())),
+		pg_snapshot_xmax(pg_current_snapshot())::text::bigint) ELSE $2 END AS h
+), ins AS (
+	INSERT INTO feed (pos, event_id, horizon) SELECT pos, id, (SELECT h FROM next) FROM numbered RETURNING pos
 ), agg AS (
-	SELECT count(*) AS n, coalesce(max(feed_pos), 0) AS top FROM upd
+	SELECT count(*) AS n, coalesce(max(pos), 0) AS top FROM ins
 )
 SELECT n, top, (SELECT count(*) FROM (SELECT pg_notify($1, top::text) FROM agg WHERE n > 0) x) AS notified,
-	pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon FROM agg`
+	(SELECT h FROM next) AS horizon FROM agg`
 
-// sequenceSQLite is the same without the bound: SQLite updates rows in
-// place, so its pending index holds only pending rows.
-var sequenceSQLite = `WITH ` + feedNumbered("") + `
-UPDATE events SET feed_pos = n.pos FROM numbered n WHERE events.id = n.id`
+// sequenceSQLite is the same on SQLite, where feed_xid counts writes in
+// commit order: its parameters are the bound and the next bound, the
+// highest feed_xid plus one, read in the same transaction before the batch.
+var sequenceSQLite = `WITH ` + feedNumbered(`FROM events e WHERE e.feed_xid >= ? AND NOT EXISTS (SELECT 1 FROM feed f WHERE f.event_id = e.id)`) + `
+INSERT INTO feed (pos, event_id, horizon) SELECT pos, id, ? FROM numbered`
+
+// storedHorizon is the bound stored with the last batch, for a process's
+// first pass. On PostgreSQL a bound above the current snapshot's xmin comes
+// from another cluster (a restored dump, whose transaction ids started
+// over) and is not used.
+func (s *Store) storedHorizon(ctx context.Context) (int64, error) {
+	q := `SELECT coalesce((SELECT horizon FROM feed ORDER BY pos DESC LIMIT 1), 0)`
+	if s.pool != nil {
+		q = `SELECT coalesce((SELECT CASE WHEN horizon <= pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+			THEN horizon ELSE 0 END FROM feed ORDER BY pos DESC LIMIT 1), 0)`
+	}
+	var h int64
+	if err := s.DB.WithContext(ctx).Raw(q).Scan(&h).Error; err != nil {
+		return 0, fmt.Errorf("feed: stored horizon: %w", err)
+	}
+	return h, nil
+}
+
+// raiseHorizon moves the in-memory bound up to h (never down: another
+// sequencer may have moved it further meanwhile; the larger bound is as
+// safe and scans less).
+func (s *Store) raiseHorizon(h int64) {
+	for {
+		cur := s.feed.horizon.Load()
+		if h <= cur || s.feed.horizon.CompareAndSwap(cur, h) {
+			return
+		}
+	}
+}
 
 // SequenceFeed gives feed positions to every committed event that has none
 // yet (see the top of this file) and returns how many it numbered. After a
@@ -426,16 +494,38 @@ func (s *Store) SequenceFeed(ctx context.Context) (int, error) {
 }
 
 func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
+	if !s.feed.horizonLoaded.Load() {
+		h, err := s.storedHorizon(ctx)
+		if err != nil {
+			return 0, err
+		}
+		s.raiseHorizon(h)
+		s.feed.horizonLoaded.Store(true)
+	}
+	bound := s.feed.horizon.Load()
 	if s.pool == nil {
-		var n int64
+		var n, next int64
 		err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			res := tx.Exec(sequenceSQLite)
+			if err := tx.Raw(`SELECT coalesce(max(feed_xid), 0) + 1 FROM events`).Scan(&next).Error; err != nil {
+				return err
+			}
+			res := tx.Exec(sequenceSQLite, bound, next)
+			if res.Error != nil {
+				return res.Error
+			}
 			n = res.RowsAffected
-			return res.Error
+			if n < feedBatch {
+				return nil
+			}
+			// A full batch may have left events below next unnumbered:
+			// the bound stays where it was.
+			next = bound
+			return tx.Exec(`UPDATE feed SET horizon = ? WHERE pos > (SELECT max(pos) FROM feed) - ?`, bound, n).Error
 		})
 		if err != nil {
 			return 0, fmt.Errorf("feed: sequence: %w", err)
 		}
+		s.raiseHorizon(next)
 		return int(n), nil
 	}
 	// One round trip: the lock and the statement travel as one pipeline,
@@ -446,22 +536,13 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 	var b pgx.Batch
 	b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(feedLockKey))
 	var n, top, notified, horizon int64
-	b.Queue(sequencePostgres, FeedChannel, s.feed.horizon.Load()).QueryRow(func(row pgx.Row) error {
+	b.Queue(sequencePostgres, FeedChannel, bound).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&n, &top, &notified, &horizon)
 	})
 	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return 0, fmt.Errorf("feed: sequence: %w", err)
 	}
-	if n < feedBatch {
-		// Another sequencer may have moved it further meanwhile; the
-		// larger bound is as safe and scans less.
-		for {
-			cur := s.feed.horizon.Load()
-			if horizon <= cur || s.feed.horizon.CompareAndSwap(cur, horizon) {
-				break
-			}
-		}
-	}
+	s.raiseHorizon(horizon)
 	return int(n), nil
 }
 

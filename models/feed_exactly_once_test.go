@@ -187,7 +187,7 @@ func TestFeedExactlyOnceUnderLateCommits(t *testing.T) {
 		t.Fatalf("%d events committed; want %d", len(committed), want)
 	}
 	var pos struct{ N, Lo, Hi int64 }
-	if err := s.DB.WithContext(ctx).Raw(`SELECT count(feed_pos) AS n, min(feed_pos) AS lo, max(feed_pos) AS hi FROM events`).Scan(&pos).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(`SELECT count(*) AS n, min(pos) AS lo, max(pos) AS hi FROM feed`).Scan(&pos).Error; err != nil {
 		t.Fatal(err)
 	}
 	if pos.N != int64(len(committed)) || pos.Lo != 1 || pos.Hi != pos.N {

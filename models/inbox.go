@@ -624,7 +624,7 @@ func (d SessionDetail) ClaimedAt() UTCTime {
 // a form rendered at v.
 func (d SessionDetail) EventsSince(v int64) []Event {
 	for i, e := range d.Events {
-		if e.Seq > v {
+		if e.VersionAfter > v {
 			return d.Events[i:]
 		}
 	}
@@ -650,8 +650,9 @@ func (d SessionDetail) Actors() []string {
 	return out
 }
 
-// GetSessionDetail reads what the session page needs.
-func (s *Store) GetSessionDetail(ctx context.Context, id string) (SessionDetail, error) {
+// GetSessionDetail reads what the session page needs, as r may see it: the
+// timeline's review scores are redacted where they are still blind to r.
+func (s *Store) GetSessionDetail(ctx context.Context, id string, r ReviewReader) (SessionDetail, error) {
 	row, err := s.GetSession(ctx, id)
 	if err != nil {
 		return SessionDetail{}, err
@@ -661,6 +662,9 @@ func (s *Store) GetSessionDetail(ctx context.Context, id string) (SessionDetail,
 		return SessionDetail{}, err
 	}
 	if d.Events, err = s.Timeline(ctx, id); err != nil {
+		return SessionDetail{}, err
+	}
+	if d.Events, err = s.RedactReviews(ctx, r, d.Events); err != nil {
 		return SessionDetail{}, err
 	}
 	if row.ParentID != nil {

@@ -43,7 +43,8 @@ func (s *Store) listenOnce(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	// Notices sent while this loop was not listening are lost: feed long
-	// polls read again now. (Lease long polls re-check every second anyway.)
+	// polls read again now. (Lease long polls re-check every
+	// Store.LeaseRecheck anyway.)
 	s.wakeFeed()
 	for {
 		n, err := conn.WaitForNotification(ctx)

@@ -18,6 +18,9 @@ type MaintenanceReport struct {
 	Joined      int
 	Resumed     int
 	SLABreaches int
+	// ReviewItems counts decided escalations added to the review queue
+	// that the write path had not added (decisions of an older binary).
+	ReviewItems int
 }
 
 // maintainBatch bounds the rows one kind handles per pass; a kind that fills
@@ -163,8 +166,35 @@ func timerKinds() []timerKind {
 				return found, err
 			},
 		},
+		{
+			// The write path queues every decision for review; this
+			// catches up decisions an older binary wrote without (during
+			// a rolling upgrade): at start, then every reviewSyncEvery. It
+			// needs no probe: its schedule is this process's.
+			name:   "review_sync",
+			probes: func(*Store) []timerProbe { return nil },
+			due: func(s *Store, _ []NullTime) (time.Time, bool) {
+				s.maint.mu.Lock()
+				defer s.maint.mu.Unlock()
+				return s.maint.reviewSyncAt, true // zero: now
+			},
+			run: func(ctx context.Context, s *Store, _ int, r *MaintenanceReport) (int, error) {
+				n, err := s.SyncReviewItems(ctx, s.Reviews)
+				r.ReviewItems += n
+				if err == nil {
+					s.maint.mu.Lock()
+					s.maint.reviewSyncAt = s.now().Add(reviewSyncEvery)
+					s.maint.mu.Unlock()
+				}
+				return 0, err
+			},
+		},
 	}
 }
+
+// reviewSyncEvery is how often the review queue's catch-up runs; it reads
+// only what is new since its watermark.
+const reviewSyncEvery = 5 * time.Minute
 
 // maintState is the maintenance loop's memory in this process.
 type maintState struct {
@@ -179,6 +209,8 @@ type maintState struct {
 	// stuck holds kinds resting after a run that handled none of the rows
 	// it found.
 	stuck map[string]time.Time
+	// reviewSyncAt is when the review queue's catch-up is next due.
+	reviewSyncAt time.Time
 }
 
 func (m *maintState) wakeChan() chan struct{} {
@@ -302,7 +334,7 @@ func (s *Store) MaintainNext(ctx context.Context) (MaintenanceReport, time.Time,
 		s.setStuck(k.name, time.Time{})
 		if found >= maintainBatch {
 			plan(now)
-		} else if k.name != "join_catch_up" {
+		} else if k.name != "join_catch_up" && k.name != "review_sync" {
 			// What remains of this kind is due later; the next probe says
 			// when. Until then, re-probe after the shortest pause.
 			plan(now.Add(minMaintainGap))

@@ -56,7 +56,7 @@ func TestMetricRecoveryFromLastSignOfLife(t *testing.T) {
 		w.delegate(c, "crashy", 3, 1)
 
 		la := w.claim("crashy", a, 1)
-		lb := w.claim("crashy", b, 1)
+		w.claim("crashy", b, 1) // b sends no heartbeat: its lease is not needed
 		lc := w.claim("crashy", c, 1)
 		ms(1000)
 		w.heartbeat(lc)
@@ -67,7 +67,7 @@ func TestMetricRecoveryFromLastSignOfLife(t *testing.T) {
 		ms(6000)
 		la = w.claim("crashy", a, 2)
 		ms(7000)
-		lb = w.claim("crashy", b, 2)
+		lb := w.claim("crashy", b, 2)
 		ms(8000)
 		w.complete(la)
 		w.complete(lb)

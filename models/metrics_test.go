@@ -120,6 +120,7 @@ func (w *metricsWorld) reject(reason string, n int) {
 }
 
 const (
+	//lint:ignore ST1011 xSec is the unit (one second) that the times below are written in, not a count of seconds
 	xSec = time.Second
 	xMin = time.Minute
 )

@@ -10,7 +10,7 @@ import (
 // commit, coalescing bursts: one NOTIFY per queue per flush rather than one
 // per write. It runs outside the writing transactions so that they neither
 // pay a round trip nor hold PostgreSQL's global notify lock while committing.
-// Notices are hints: ClaimWait re-checks every second anyway.
+// Notices are hints: ClaimWait re-checks every Store.LeaseRecheck anyway.
 type announcer struct {
 	once    sync.Once
 	mu      sync.Mutex

@@ -48,6 +48,7 @@ func (c *testClock) advance(d time.Duration) {
 const (
 	kOK       = "ok"        // accepted: exactly one event, version + 1
 	kNoEvent  = "no-event"  // accepted but writes no event (heartbeat, empty claim, nothing to rescue)
+	kAudit    = "audit"     // accepted audit-only event: one event, next seq, same version (invariant 10)
 	kConflict = "conflict"  // *ConflictError with the current version
 	kIllegal  = "illegal"   // *IllegalTransitionError with the current version
 	kForbid   = "forbidden" // ErrForbidden
@@ -78,7 +79,7 @@ type coverage struct {
 }
 
 // coverageAnswers are the answers every run of the property must have seen.
-var coverageAnswers = []string{kOK, kNoEvent, kConflict, kIllegal, kForbid, kLease, kInvalid}
+var coverageAnswers = []string{kOK, kNoEvent, kAudit, kConflict, kIllegal, kForbid, kLease, kInvalid}
 
 // complete says whether every status (but waiting_children, which needs a
 // fan-out) and every answer was seen.
@@ -150,6 +151,16 @@ func (p *propRun) exec(name, want, key string, run func() (models.Outcome, error
 		}
 		if key != "" {
 			p.keyed = append(p.keyed, keyedCmd{name: name, first: out, run: run})
+		}
+	case kAudit:
+		if err != nil {
+			rt.Fatalf("%s from %s v%d: want success, got %T %v", name, cur.Status, cur.Version, err, err)
+		}
+		after := snapshot(rt, p.s, p.sid)
+		if after.Events != before.Events+1 || after.Row.LastSeq != before.Row.LastSeq+1 ||
+			after.Row.StateVersion != cur.Version || out.StateVersion != cur.Version {
+			rt.Fatalf("%s: events %d→%d, seq %d→%d, version %d→%d (outcome %d), want the version kept", name,
+				before.Events, after.Events, before.Row.LastSeq, after.Row.LastSeq, cur.Version, after.Row.StateVersion, out.StateVersion)
 		}
 	case kNoEvent:
 		if err != nil {
@@ -563,13 +574,30 @@ func (p *propRun) natural() {
 	case models.StatusPaused:
 		pick(tr(models.EventSessionResumed))
 	case models.StatusEscalated:
-		pick(tk("claim"), tk("claim", "note", "resolve-risk"))
+		pick(tk("claim"), tk("claim", "note", "resolve-risk"), p.slaMarker)
 	case models.StatusHumanActive:
 		pick(tk("release", "force-release", "note", "note-invalid"), tk("request-input", "resume", "hand-back"),
-			tk("complete", "reject"), tk("claim"))
+			tk("complete", "reject"), tk("claim"), p.slaMarker)
 	default:
 		pick(p.repeat, tr(models.EventSessionCancelled), p.result)
 	}
+}
+
+// slaMarker appends an SLA breach marker, an audit-only event: it takes the
+// next seq but keeps the version, so the expected version the next command
+// draws from the current one is still current (invariant 10).
+func (p *propRun) slaMarker() {
+	cur := p.cur()
+	want := kIllegal
+	if models.Allowed(cur.Status, models.EventEscalationSLABreached) {
+		want = kAudit
+	}
+	p.exec("sla-marker", want, "", func() (models.Outcome, error) {
+		return p.s.Execute(context.Background(), models.Command{
+			SessionID: p.sid, Type: models.EventEscalationSLABreached, Actor: models.SLAActor,
+			Payload: models.SLABreachPayload{Priority: cur.Priority, Status: cur.Status},
+		})
+	})
 }
 
 // repeat sends an accepted keyed command again: it must answer the first
@@ -658,6 +686,7 @@ func propertyRound(t *testing.T, s *models.Store, clock *testClock, users []mode
 			"resume":    func() { p.transition(models.EventSessionResumed) },
 			"pause":     func() { p.transition(models.EventSessionPaused) },
 			"repeat":    p.repeat,
+			"sla-mark":  p.slaMarker,
 		}
 		names := make([]string, 0, len(all))
 		for n := range all {

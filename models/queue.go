@@ -401,11 +401,23 @@ func (s *Store) claimNext(tx *Tx, args []any) (*claimedRow, func(*Tx) (Session, 
 	return c, func(*Tx) (Session, error) { return c.Session, nil }, nil
 }
 
+// DefaultLeaseRecheck is how often a waiting lease long poll looks at its
+// queue again without being woken: for retries whose backoff ends and leases
+// the rescuer frees, which announce nothing. New work wakes polls at once.
+const DefaultLeaseRecheck = time.Second
+
 // ClaimWait is Claim as a long poll: it waits up to wait for work, waking as
-// soon as work is announced on the queue (and re-checking every second, for
-// retries whose backoff ends and leases the rescuer frees).
+// soon as work is announced on the queue (and re-checking every
+// s.LeaseRecheck, for retries whose backoff ends and leases the rescuer
+// frees).
 func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey string, wait time.Duration) (*Lease, error) {
 	deadline := time.Now().Add(wait)
+	recheck := s.LeaseRecheck
+	if recheck <= 0 {
+		recheck = DefaultLeaseRecheck
+	}
+	// Subscribed before the first look, so that work queued between a look
+	// and the wait still wakes this poll (the channel keeps one signal).
 	ch, unsubscribe := s.Wake.Subscribe(queue)
 	defer unsubscribe()
 	for {
@@ -417,15 +429,25 @@ func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey str
 		if left <= 0 {
 			return nil, nil
 		}
-		t := time.NewTimer(min(left, time.Second))
+		t := time.NewTimer(min(left, recheck))
+		unpark := s.Wake.park(queue)
+		// The multi-process wake-up test reads these two lines: the first
+		// before it queues work through another process, the second to
+		// tell a wake-up from the last look at the deadline.
+		s.Logger.Debug("lease poll waiting", "queue", queue, "worker", worker)
+		woken := false
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			unpark(false)
 			return nil, ctx.Err()
 		case <-ch:
 			t.Stop()
+			woken = true
+			s.Logger.Debug("lease poll woken", "queue", queue, "worker", worker)
 		case <-t.C:
 		}
+		unpark(woken)
 	}
 }
 

@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -30,7 +29,7 @@ type ReprojectReport struct {
 // records an older format, every session is replayed from its events with
 // this binary's Apply and its state and projection columns are rewritten.
 // Events and their hashes are never touched. A session written concurrently
-// (its version moved on) is skipped: its writer stored a current-format state.
+// (its last seq moved on) is skipped: its writer stored a current-format state.
 // Several processes may run it at once; the work is idempotent.
 func (s *Store) Reproject(ctx context.Context) (ReprojectReport, error) {
 	var r ReprojectReport
@@ -70,11 +69,8 @@ func (s *Store) Reproject(ctx context.Context) (ReprojectReport, error) {
 	return r, nil
 }
 
-// errReplay marks a session whose events do not replay; verify reports it.
-var errReplay = errors.New("events do not replay")
-
 // reprojectSession rewrites one session's state and projection columns from
-// its events, guarded by its version. It reports whether anything changed.
+// its events, guarded by its last seq. It reports whether anything changed.
 func (s *Store) reprojectSession(ctx context.Context, row Session) (bool, error) {
 	var (
 		st      State
@@ -99,14 +95,14 @@ func (s *Store) reprojectSession(ctx context.Context, row Session) (bool, error)
 			st, last, lastSeq = next, e, e.Seq
 		}
 	}
-	if st.Version != row.StateVersion {
+	if lastSeq != row.LastSeq {
 		return false, nil // written concurrently, or broken: verify tells
 	}
 	body, err := EncodeState(st)
 	if err != nil {
 		return false, fmt.Errorf("reproject %s: encode state: %w", row.ID, err)
 	}
-	p := projection(st, string(body), last.Hash, row.UpdatedAt)
+	p := projection(st, string(body), lastSeq, last.Hash, row.UpdatedAt)
 	if string(body) == row.State && p.SearchNotes == row.SearchNotes && p.ReasonCode == row.ReasonCode &&
 		p.NextStep == row.NextStep {
 		return false, nil
@@ -118,8 +114,8 @@ func (s *Store) reprojectSession(ctx context.Context, row Session) (bool, error)
 		requested = NullTime{}
 	}
 	err = s.DB.WithContext(ctx).Exec(`UPDATE sessions SET state = ?, search_notes = ?, reason_code = ?, next_step = ?,
-		input_requested_at = ? WHERE id = ? AND state_version = ?`,
-		string(body), p.SearchNotes, p.ReasonCode, p.NextStep, requested, row.ID, row.StateVersion).Error
+		input_requested_at = ? WHERE id = ? AND last_seq = ?`,
+		string(body), p.SearchNotes, p.ReasonCode, p.NextStep, requested, row.ID, row.LastSeq).Error
 	if err != nil {
 		return false, fmt.Errorf("reproject %s: %w", row.ID, err)
 	}

@@ -295,7 +295,7 @@ func (s *Store) SyncReviewItems(ctx context.Context, p ReviewPolicy) (int, error
 		last    UTCTime
 	)
 	for {
-		q := db.Table("events").Select("id, session_id, seq, type, actor, version_before, created_at").
+		q := db.Table("events").Select("id, session_id, seq, type, actor, version_before, version_after, created_at").
 			Where("type IN ?", DecisionEvents)
 		if afterID == "" {
 			q = q.Where("created_at >= ?", from)
@@ -351,11 +351,34 @@ ON CONFLICT (name) DO UPDATE SET watermark = CASE WHEN excluded.watermark > revi
 	return added, nil
 }
 
+// queueReviewItem queues, in the decision's transaction, the review item of
+// decision ev on cur, the state just before it (row its projection row):
+// the package at the escalation's version, escalated when the session
+// entered human hands, claimed at the first claim after the escalation. An
+// item that exists already (the sync of an older binary) is kept.
+func (s *Store) queueReviewItem(tx *Tx, row Session, cur State, ev Event) {
+	at := cur.Escalation.AtVersion
+	escalatedAt := row.EscalatedAt.Time
+	if !row.EscalatedAt.Valid {
+		escalatedAt = ev.CreatedAt
+	}
+	tx.Later(failWith("session %s: queue review item", ev.SessionID),
+		`INSERT INTO review_items (session_id, at_version, decision_event_id, decision_type, decided_by, queue, ticket_ref,
+	escalated_at, claimed_at, decided_at, needed, scored, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?,
+	(SELECT min(created_at) FROM events WHERE session_id = ? AND type = ? AND version_after > ?),
+	?, ?, 0, ?)
+ON CONFLICT DO NOTHING`,
+		ev.SessionID, at, ev.ID, ev.Type, ev.Actor, cur.Queue, cur.TicketRef, escalatedAt,
+		ev.SessionID, EventHumanClaimed, at,
+		ev.CreatedAt, s.Reviews.withDefaults().Needed(ev.SessionID, at), NewUTCTime(s.now()))
+}
+
 // addReviewItem adds the item of one decision event: the escalation it ended
 // is read from the state just before the decision.
 func (s *Store) addReviewItem(ctx context.Context, d Event, p ReviewPolicy) (bool, error) {
 	var evs []Event
-	if err := s.DB.WithContext(ctx).Where("session_id = ? AND seq <= ?", d.SessionID, d.VersionBefore).
+	if err := s.DB.WithContext(ctx).Where("session_id = ? AND seq < ?", d.SessionID, d.Seq).
 		Order("seq").Find(&evs).Error; err != nil {
 		return false, fmt.Errorf("review sync: session %s: %w", d.SessionID, err)
 	}
@@ -363,18 +386,29 @@ func (s *Store) addReviewItem(ctx context.Context, d Event, p ReviewPolicy) (boo
 	if err != nil {
 		return false, fmt.Errorf("review sync: session %s: %w", d.SessionID, err)
 	}
-	if st.Escalation == nil || st.Escalation.AtVersion < 1 || st.Escalation.AtVersion > int64(len(evs)) ||
-		evs[st.Escalation.AtVersion-1].Seq != st.Escalation.AtVersion {
+	// The escalation is the work event that moved the version to the
+	// package's version (audit-only events may share that version, never
+	// move to it).
+	esc := -1
+	if st.Escalation != nil {
+		for i, e := range evs {
+			if e.VersionAfter == st.Escalation.AtVersion && e.VersionBefore < e.VersionAfter {
+				esc = i
+				break
+			}
+		}
+	}
+	if esc < 0 {
 		// A decision without an escalation package cannot be reviewed.
 		return false, nil
 	}
 	at := st.Escalation.AtVersion
 	item := ReviewItem{
 		SessionID: d.SessionID, AtVersion: at, DecisionEventID: d.ID, DecisionType: d.Type, DecidedBy: d.Actor,
-		Queue: st.Queue, TicketRef: st.TicketRef, EscalatedAt: evs[at-1].CreatedAt, DecidedAt: d.CreatedAt,
+		Queue: st.Queue, TicketRef: st.TicketRef, EscalatedAt: evs[esc].CreatedAt, DecidedAt: d.CreatedAt,
 		Needed: p.Needed(d.SessionID, at), CreatedAt: NewUTCTime(s.now()),
 	}
-	for _, e := range evs[at:] {
+	for _, e := range evs[esc+1:] {
 		if e.Type == EventHumanClaimed {
 			item.ClaimedAt = NullTime{Time: e.CreatedAt, Valid: true}
 			break
@@ -780,11 +814,11 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 				EvidenceSufficient: scores[CriterionEvidenceSufficient], RisksExplicit: scores[CriterionRisksExplicit],
 				NextStepActionable: scores[CriterionNextStepActionable], ScoredAt: ev.CreatedAt,
 			}
-			tx.Later(func(_ int64, err error) error {
+			tx.Later(func(err error) error {
 				if isUniqueViolation(err) {
 					return &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
 				}
-				return failWith("score review")(0, err)
+				return failWith("score review")(err)
 			}, `INSERT INTO review_scores (event_id, session_id, at_version, reviewer, goal_clear, state_current,
 				evidence_sufficient, risks_explicit, next_step_actionable, scored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				row.EventID, row.SessionID, row.AtVersion, row.Reviewer, row.GoalClear, row.StateCurrent,

@@ -164,15 +164,15 @@ func TestReviewQueueSingle(t *testing.T) {
 		rita := mustUser(t, s, "rita@example.com", models.RoleReviewer)
 		rolf := mustUser(t, s, "rolf@example.com", models.RoleReviewer)
 		p := models.ReviewPolicy{DoubleShare: -1}
+		s.Reviews = p
 
-		// An escalation still in human hands is not due for review.
+		// An escalation still in human hands is not due for review; a
+		// decided one is queued by the decision itself, so the catch-up
+		// sync of the maintenance pass finds nothing to add.
 		pending, _ := workerEscalated(ctx, t, s, "refunds")
 		sid := decided(ctx, t, s, agent, "refunds")
-		if n, err := s.SyncReviewItems(ctx, p); err != nil || n != 1 {
-			t.Fatalf("sync added %d, %v; want 1", n, err)
-		}
 		if n, err := s.SyncReviewItems(ctx, p); err != nil || n != 0 {
-			t.Fatalf("second sync added %d, %v; want 0", n, err)
+			t.Fatalf("sync added %d, %v; want 0 (the decision queued its item)", n, err)
 		}
 		page, err := s.ReviewQueue(ctx, models.ReviewQueueOpts{Reviewer: rita})
 		if err != nil {
@@ -277,6 +277,7 @@ func TestReviewQueueRules(t *testing.T) {
 		agent := mustUser(t, s, "ann@example.com", models.RoleAgent)
 		rita := mustUser(t, s, "rita@example.com", models.RoleReviewer)
 		p := models.ReviewPolicy{DoubleShare: -1}
+		s.Reviews = p
 		sid := decided(ctx, t, s, admin, "refunds")
 		if _, err := s.SyncReviewItems(ctx, p); err != nil {
 			t.Fatal(err)
@@ -327,6 +328,7 @@ func TestReviewDoubleScored(t *testing.T) {
 			mustUser(t, s, "ruth@example.com", models.RoleReviewer),
 		}
 		p := models.ReviewPolicy{DoubleShare: 1}
+		s.Reviews = p
 		sid := decided(ctx, t, s, agent, "refunds")
 		if _, err := s.SyncReviewItems(ctx, p); err != nil {
 			t.Fatal(err)
@@ -366,6 +368,7 @@ func TestReviewStats(t *testing.T) {
 		t0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC) // a Monday
 		clock := t0
 		s.Now = func() time.Time { return clock }
+		s.Reviews = models.ReviewPolicy{DoubleShare: -1}
 		agent := mustUser(t, s, "ann@example.com", models.RoleAgent)
 		ra := mustUser(t, s, "rita@example.com", models.RoleReviewer)
 		rb := mustUser(t, s, "rolf@example.com", models.RoleReviewer)
@@ -465,4 +468,38 @@ func TestWeekStart(t *testing.T) {
 			t.Errorf("WeekStart(%v) = %v", at, got)
 		}
 	}
+}
+
+// TestReviewItemQueuedByDecision: the decision's transaction queues the
+// review item, and it is the item the log-reading sync derives (which
+// remains as the maintenance pass's catch-up for older binaries).
+func TestReviewItemQueuedByDecision(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		s.Reviews = models.ReviewPolicy{DoubleShare: 1}
+		agent := mustUser(t, s, "ann@example.com", models.RoleAgent)
+		sid := decided(ctx, t, s, agent, "refunds")
+		k := models.ReviewKey{SessionID: sid, AtVersion: 4}
+		queued, err := s.GetReviewItem(ctx, k)
+		if err != nil {
+			t.Fatalf("no item after the decision: %v", err)
+		}
+		if queued.Needed != 2 || !queued.ClaimedAt.Valid || queued.DecisionType != models.EventHumanCompleted {
+			t.Fatalf("queued item %+v", queued)
+		}
+		if err := s.DB.Exec(`DELETE FROM review_items`).Error; err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.SyncReviewItems(ctx, s.Reviews); err != nil || n != 1 {
+			t.Fatalf("sync added %d, %v", n, err)
+		}
+		synced, err := s.GetReviewItem(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued.CreatedAt, synced.CreatedAt = models.UTCTime{}, models.UTCTime{}
+		if fmt.Sprint(queued) != fmt.Sprint(synced) {
+			t.Fatalf("queued by the decision %+v\nderived by the sync    %+v", queued, synced)
+		}
+	})
 }

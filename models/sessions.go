@@ -232,7 +232,8 @@ func Replay(events []Event) (State, error) {
 }
 
 // StateAt rebuilds a session's state as it was at version v by replaying its
-// first v events.
+// events up to the last one at version v (audit-only events after the work
+// event that reached v included: they do not change the work).
 func (s *Store) StateAt(ctx context.Context, sessionID string, v int64) (State, error) {
 	row, err := s.GetSession(ctx, sessionID)
 	if err != nil {
@@ -242,7 +243,7 @@ func (s *Store) StateAt(ctx context.Context, sessionID string, v int64) (State, 
 		return State{}, &ValidationError{Fields: []FieldError{{Field: "version", Message: fmt.Sprintf("must be between 1 and %d", row.StateVersion)}}}
 	}
 	var evs []Event
-	if err := s.DB.WithContext(ctx).Where("session_id = ? AND seq <= ?", sessionID, v).Order("seq").Find(&evs).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Where("session_id = ? AND version_after <= ?", sessionID, v).Order("seq").Find(&evs).Error; err != nil {
 		return State{}, fmt.Errorf("session %s: load events: %w", sessionID, err)
 	}
 	return Replay(evs)

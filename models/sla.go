@@ -407,7 +407,10 @@ func (s *Store) prepareBreach(tx *Tx, cur State, seen breachCandidate) (any, err
 	if due.After(s.now()) {
 		return nil, errSkip
 	}
-	recorded, err := selectTx[int64](tx, `SELECT count(*) FROM events WHERE session_id = ? AND type = ? AND seq > ?`,
+	// A breach of this escalation is at its version or later (a breach is
+	// audit-only, so it may share the escalation's version); one of an
+	// earlier escalation is below it.
+	recorded, err := selectTx[int64](tx, `SELECT count(*) FROM events WHERE session_id = ? AND type = ? AND version_after >= ?`,
 		cur.SessionID, EventEscalationSLABreached, cur.Escalation.AtVersion)
 	if err != nil {
 		return nil, fmt.Errorf("session %s: breaches: %w", cur.SessionID, err)

@@ -25,7 +25,16 @@ import (
 // rest. On PostgreSQL a group is one pgx batch, so a
 // command costs two or three round trips (BEGIN travels with the first
 // read, COMMIT with the last writes) instead of one per statement, and it
-// skips GORM and database/sql. What a write costs in round trips and client
+// skips GORM and database/sql.
+//
+// Because COMMIT may travel in the batch of the last writes, a condition
+// the command depends on must fail on the server: by the time Go looks at
+// the batch's answers the transaction may be committed. This holds by
+// construction, not by care. Later takes only a translator of the server's
+// error (it never sees a row count, and cannot turn success into failure);
+// a statement whose outcome Go judges (laterChecked, selectLater, Exec) is
+// marked, and commit sends COMMIT in a round trip of its own, after those
+// judgements, whenever a marked statement is still pending. What a write costs in round trips and client
 // CPU is what bounds throughput on a small machine (README, "Benchmark
 // results"). On SQLite the groups run statement by statement inside a GORM
 // transaction, with the same order and the same error rules: a failed
@@ -43,16 +52,35 @@ type Tx struct {
 	err      error // the first failure; every later call returns it
 }
 
-// txStmt is one queued statement: an exec with a check of its outcome, or a
-// query with a reader for its rows (one per dialect).
+// txStmt is one queued statement: an exec whose server error onErr
+// translates, an exec with a Go-side check of its outcome, or a query with a
+// reader for its rows (one per dialect).
 type txStmt struct {
 	sql   string
 	args  []any
+	onErr func(err error) error
 	check func(rows int64, err error) error
 	pg    func(pgx.Rows) error
 	lite  func(db *gorm.DB) error
 	// commit marks the COMMIT, whose failure modes differ from a statement's.
 	commit bool
+}
+
+// judgedInGo reports whether Go decides the statement's outcome (a check of
+// its row count, rows decoded into Go values): such a decision must be made
+// before COMMIT is sent.
+func (st txStmt) judgedInGo() bool { return st.check != nil || st.pg != nil || st.lite != nil }
+
+// fail is the command's error for the statement's server error err (nil
+// when the statement succeeded): onErr may name or wrap it, never drop it.
+func (st txStmt) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	if e := st.onErr(err); e != nil {
+		return e
+	}
+	return err
 }
 
 // wireStats counts what the write path sends, for the benchmark.
@@ -67,26 +95,31 @@ func (s *Store) WireStats() (statements, roundTrips int64) {
 	return s.wire.statements.Load(), s.wire.roundTrips.Load()
 }
 
-// failWith is the check of a statement that has nothing to check but its
-// error, which it wraps with context.
-func failWith(format string, a ...any) func(int64, error) error {
-	return func(_ int64, err error) error {
-		if err != nil {
-			return fmt.Errorf(format+": %w", append(a, err)...)
-		}
-		return nil
+// failWith translates a statement's server error into one with context.
+func failWith(format string, a ...any) func(error) error {
+	return func(err error) error {
+		return fmt.Errorf(format+": %w", append(a, err)...)
 	}
 }
 
-// Later queues a statement; check sees the rows it affected and its error
-// when it has run, and returns what the command should fail with (nil to go
-// on).
-//
-// On PostgreSQL the COMMIT travels in the same batch as the last queued
-// statements, so by the time a check runs the transaction may be committed:
-// a check may name or wrap an error, but a condition the command depends on
-// must make the statement itself fail (see appendEvent), not only its check.
-func (t *Tx) Later(check func(rows int64, err error) error, query string, args ...any) {
+// Later queues a statement whose outcome is decided on the server: the
+// command fails only if the statement fails there, and onErr, called with
+// that error, may name or wrap it (a nil return keeps it as it is). It sees
+// no row count on purpose: on PostgreSQL the COMMIT may travel in the same
+// batch, so a condition the command depends on must make the statement
+// itself fail (see appendEvent). A check that must look at the outcome in
+// Go is laterChecked's, which keeps COMMIT out of its batch.
+func (t *Tx) Later(onErr func(err error) error, query string, args ...any) {
+	t.pending = append(t.pending, txStmt{sql: query, args: args, onErr: onErr})
+}
+
+// laterChecked queues a statement whose outcome check judges in Go: it sees
+// the rows affected and the error and returns what the command should fail
+// with (nil to go on). COMMIT is never sent in the same batch as a pending
+// laterChecked statement (see commit), so the check always runs before the
+// transaction can commit; on PostgreSQL it costs a round trip when it is
+// still pending at the commit.
+func (t *Tx) laterChecked(check func(rows int64, err error) error, query string, args ...any) {
 	t.pending = append(t.pending, txStmt{sql: query, args: args, check: check})
 }
 
@@ -94,7 +127,7 @@ func (t *Tx) Later(check func(rows int64, err error) error, query string, args .
 func (t *Tx) Exec(query string, args ...any) (int64, error) {
 	var n int64
 	var execErr error
-	t.Later(func(rows int64, err error) error {
+	t.laterChecked(func(rows int64, err error) error {
 		n, execErr = rows, err
 		return err
 	}, query, args...)
@@ -187,6 +220,12 @@ func (t *Tx) flushSQLite() error {
 			continue
 		}
 		res := t.gdb.Exec(st.sql, st.args...)
+		if st.check == nil {
+			if err := st.fail(res.Error); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := st.check(res.RowsAffected, res.Error); err != nil {
 			return err
 		}
@@ -226,7 +265,10 @@ func (t *Tx) flushPostgres() error {
 			if cerr == nil && ct.String() != "COMMIT" {
 				cerr = fmt.Errorf("commit: the transaction was rolled back (%s)", ct.String())
 			}
-			err = st.check(0, cerr)
+			err = st.fail(cerr)
+		case st.check == nil:
+			_, xerr := br.Exec()
+			err = st.fail(xerr)
 		default:
 			ct, xerr := br.Exec()
 			err = st.check(ct.RowsAffected(), xerr)
@@ -361,20 +403,38 @@ func (s *Store) writePostgres(ctx context.Context, fn func(tx *Tx) error) error 
 	t.Later(failWith("begin"), "BEGIN")
 	err = fn(t)
 	if err == nil {
-		if !t.sent {
-			// Nothing had to be read: the whole command is one batch, and
-			// PostgreSQL runs a batch (one Sync) as one implicit
-			// transaction, so BEGIN and COMMIT are not needed.
-			t.pending = t.pending[1:]
-		} else {
-			t.pending = append(t.pending, txStmt{sql: "COMMIT", check: failWith("commit"), commit: true})
-		}
-		err = t.flush()
+		err = t.commit()
 	}
 	if err != nil {
 		t.rollback()
 	}
 	return err
+}
+
+// commit sends what is pending and COMMIT (PostgreSQL). COMMIT joins the
+// batch of the last writes only when every pending statement is decided on
+// the server; when Go still has to judge one (laterChecked, selectLater),
+// the batch goes first and COMMIT follows in a round trip of its own, so
+// that a rejection in Go can never come after the commit.
+func (t *Tx) commit() error {
+	judged := false
+	for _, st := range t.pending {
+		judged = judged || st.judgedInGo()
+	}
+	switch {
+	case judged:
+		if err := t.flush(); err != nil {
+			return err
+		}
+	case !t.sent:
+		// Nothing had to be read: the whole command is one batch, and
+		// PostgreSQL runs a batch (one Sync) as one implicit transaction,
+		// so BEGIN and COMMIT are not needed.
+		t.pending = t.pending[1:]
+		return t.flush()
+	}
+	t.pending = append(t.pending, txStmt{sql: "COMMIT", onErr: failWith("commit"), commit: true})
+	return t.flush()
 }
 
 // rollback ends a transaction that failed; a connection that cannot is

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"gorm.io/gorm"
@@ -35,6 +36,11 @@ type Session struct {
 	// from the state (PausedUntil, Join.DueAt).
 	ResumeAt  NullTime
 	JoinDueAt NullTime
+	// LastSeq is the seq of the session's newest event. It runs ahead of
+	// StateVersion once audit-only events were appended (invariant 10):
+	// the write path numbers the next event from it and guards its update
+	// with it.
+	LastSeq int64
 	// SearchNotes is the text of the state's notes, one per line, for the
 	// word search of ListSessions (derived from State.Notes).
 	SearchNotes string
@@ -421,9 +427,10 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 		return State{}, Event{}, Session{}, nil, fmt.Errorf("session %s: encode %s payload: %w", cmd.SessionID, cmd.Type, err)
 	}
 	now := NewUTCTime(s.now())
+	// The next seq always; the next version only for work (invariant 10).
 	ev := Event{
-		ID: NewID("evt"), SessionID: cmd.SessionID, Seq: cur.Version + 1, Type: cmd.Type, Actor: cmd.Actor,
-		VersionBefore: cur.Version, VersionAfter: cur.Version + 1, Payload: string(body),
+		ID: NewID("evt"), SessionID: cmd.SessionID, Seq: row.LastSeq + 1, Type: cmd.Type, Actor: cmd.Actor,
+		VersionBefore: cur.Version, VersionAfter: cur.Version + VersionStep(cmd.Type), Payload: string(body),
 		PrevHash: row.LastHash, CreatedAt: now,
 	}
 	if cmd.IdempotencyKey != "" {
@@ -439,7 +446,7 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 	if err != nil {
 		return State{}, Event{}, Session{}, nil, fmt.Errorf("session %s: encode state: %w", cmd.SessionID, err)
 	}
-	proj := projection(next, string(stateJSON), ev.Hash, now)
+	proj := projection(next, string(stateJSON), ev.Seq, ev.Hash, now)
 	if creates {
 		proj.CreatedAt = now
 	} else {
@@ -453,7 +460,12 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 			proj.InputRequestedAt = row.InputRequestedAt
 		}
 	}
-	s.appendEvent(tx, creates, proj, cur.Version, ev)
+	s.appendEvent(tx, creates, proj, row.LastSeq, ev)
+	if !creates && cur.Escalation != nil && slices.Contains(DecisionEvents, cmd.Type) {
+		// A human decided an escalation: it is due for review, in the
+		// transaction of the decision (reads never write the queue).
+		s.queueReviewItem(tx, row, cur, ev)
+	}
 	var data any
 	if cmd.Effect != nil {
 		if data, err = cmd.Effect(tx, next, ev); err != nil {
@@ -470,38 +482,52 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 // (and in projection) only.
 var projectionColumns = []string{"parent_id", "ticket_ref", "goal", "status", "priority", "state_version",
 	"current_step", "queue", "assignee", "state", "last_hash", "escalated_at", "updated_at", "resume_at",
-	"join_due_at", "search_notes", "input_requested_at", "reason_code", "next_step"}
+	"join_due_at", "search_notes", "input_requested_at", "reason_code", "next_step", "last_seq"}
 
 func (p Session) projectionValues() []any {
 	return []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
 		p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
-		p.InputRequestedAt, p.ReasonCode, p.NextStep}
+		p.InputRequestedAt, p.ReasonCode, p.NextStep, p.LastSeq}
 }
 
+// The update is conditional on the seq read, not the version: an audit-only
+// event leaves the version alone, so only the seq tells one chain position
+// from the next.
 var updateSessionSet = `UPDATE sessions SET ` + strings.Join(projectionColumns, " = ?, ") + ` = ?
-	WHERE id = ? AND state_version = ?`
+	WHERE id = ? AND last_seq = ?`
 
-// feed_xid is the writing transaction's id on PostgreSQL (NULL on SQLite), for
-// the feed's sequencer (models/feed.go); feed_pos is left NULL for it.
+// feed_xid bounds the feed sequencer's scan for events to number
+// (models/feed.go): the writing transaction's id on PostgreSQL, the highest
+// feed_xid so far plus one on SQLite (one writer at a time: write order is
+// commit order).
 const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at, feed_xid)`
 
 // appendEvent queues the projection write (an insert, or an update
-// conditional on the version read) and the event. On PostgreSQL the two are
+// conditional on the seq read, beforeSeq) and the event. On PostgreSQL the two are
 // one statement; the event is inserted only when the update matched the
-// expected version. Either way a lost race ends in a ConflictError when the
-// statements are sent.
-func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Event) {
+// expected seq, and otherwise the statement fails, so the condition is
+// the server's (Tx.Later). On SQLite, where statements run one at a time
+// before anything commits, a missed update is seen by its row count.
+// Either way a lost race ends in a ConflictError when the statements are
+// sent.
+func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev Event) {
 	tx.appended = true
-	conflict := &ConflictError{SessionID: ev.SessionID, ExpectedVersion: before, CurrentVersion: before + 1}
+	// Another writer appended first (the row lock makes this rare); its
+	// version is not known here, only that the session moved on.
+	conflict := &ConflictError{SessionID: ev.SessionID, ExpectedVersion: ev.VersionBefore, CurrentVersion: ev.VersionBefore + 1}
 	if creates {
 		conflict = &ConflictError{SessionID: ev.SessionID, CurrentVersion: 1}
 	}
+	onErr := func(err error) error {
+		if isUniqueViolation(err) || isNotNullViolation(err) {
+			return conflict
+		}
+		return fmt.Errorf("session %s: append event %d: %w", ev.SessionID, ev.Seq, err)
+	}
 	check := func(rows int64, err error) error {
 		switch {
-		case err != nil && (isUniqueViolation(err) || isNotNullViolation(err)):
-			return conflict
 		case err != nil:
-			return fmt.Errorf("session %s: append event %d: %w", ev.SessionID, ev.Seq, err)
+			return onErr(err)
 		case rows != 1:
 			return conflict
 		}
@@ -513,22 +539,22 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 	if creates {
 		args = append([]any{p.ID, p.CreatedAt}, p.projectionValues()...)
 	} else {
-		args = append(p.projectionValues(), p.ID, before)
+		args = append(p.projectionValues(), p.ID, beforeSeq)
 	}
 	if s.Dialect == Postgres {
 		q := updateSessionWithEvent
 		if creates {
 			q = insertSessionWithEvent
 		}
-		tx.Later(check, q, append(append(args, evArgs[0]), evArgs[2:]...)...)
+		tx.Later(onErr, q, append(append(args, evArgs[0]), evArgs[2:]...)...)
 		return
 	}
 	q := updateSessionSet
 	if creates {
 		q = insertSession
 	}
-	tx.Later(check, q, args...)
-	tx.Later(check, insertEvent, evArgs...)
+	tx.laterChecked(check, q, args...)
+	tx.laterChecked(check, insertEvent, evArgs...)
 }
 
 // The projection and event statements. On PostgreSQL the two are one
@@ -539,7 +565,7 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, before int64, ev Ev
 var (
 	insertSession = `INSERT INTO sessions (id, created_at, ` + strings.Join(projectionColumns, ", ") + `)
 	VALUES (?, ?` + strings.Repeat(", ?", len(projectionColumns)) + `)`
-	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`
+	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(feed_xid), 0) + 1 FROM events))`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz, pg_current_xact_id()::text::bigint)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
 	updateSessionWithEvent = `WITH w AS (` + updateSessionSet + ` RETURNING id) ` + withEvent
@@ -550,10 +576,10 @@ var (
 const NotifyChannel = "taskpilots_queue"
 
 // projection derives the session row from a state.
-func projection(st State, stateJSON, lastHash string, now UTCTime) Session {
+func projection(st State, stateJSON string, lastSeq int64, lastHash string, now UTCTime) Session {
 	p := Session{
 		ID: st.SessionID, TicketRef: st.TicketRef, Goal: st.Goal, Status: st.Status,
-		Priority: st.Priority, StateVersion: st.Version, CurrentStep: st.CurrentStep,
+		Priority: st.Priority, StateVersion: st.Version, LastSeq: lastSeq, CurrentStep: st.CurrentStep,
 		Assignee: st.Assignee, State: stateJSON, LastHash: lastHash, UpdatedAt: now, NextStep: st.NextStep,
 		SearchNotes: searchNotes(st),
 	}

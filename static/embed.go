@@ -2,7 +2,9 @@
 // one file serves the whole console: app.css (the design system), app.js
 // (htmx configuration and small behaviours; the CSP forbids inline scripts)
 // and htmx.min.js, vendored from npm package htmx.org 2.0.11
-// (`npm pack htmx.org@2`, dist/htmx.min.js; see README.md).
+// (`npm pack htmx.org@2`, dist/htmx.min.js; see README.md), and
+// redoc.standalone.js, vendored from npm package redoc 2.5.4, which renders
+// the API reference at /api/docs (api-docs.css styles that page).
 package static
 
 import (

@@ -41,6 +41,9 @@ func routes(e *echo.Echo, s *models.Store, cfg Config, auth *handlers.Auth, m *m
 	consoleRoutes(e, s)
 	reviewAdminRoutes(e, s, cfg)
 
+	// The API reference, rendered from the OpenAPI document (public).
+	e.GET(handlers.APIDocsPath, handlers.APIDocs)
+
 	// The JSON API of API.md. Body limit, CSRF exemption and problem+json
 	// errors apply to it through the global middleware and error handler.
 	api := e.Group("/api/v1")

@@ -27,16 +27,17 @@ func reviewAdminRoutes(e *echo.Echo, s *models.Store, cfg Config) {
 	e.GET("/console/audit", handlers.AuditTrail(s), admins)
 	e.GET("/console/audit/export.csv", handlers.AuditExport(s, handlers.ExportCSV), admins)
 	e.GET("/console/audit/export.jsonl", handlers.AuditExport(s, handlers.ExportJSONL), admins)
-	e.GET("/console/audit/sessions/:id/transcript.json", handlers.SessionTranscript(s), admins)
+	e.GET("/console/audit/sessions/:id/transcript.json", handlers.SessionTranscript(s, cfg.checkpointer), admins)
 
 	e.GET("/console/admin", handlers.AdminIndex, admins)
 	e.GET("/console/admin/metrics", handlers.MetricsDashboard(s), reviewers)
 	e.GET("/console/admin/audit", handlers.AdminLog(s), admins)
 
-	v := &models.Verifier{Store: s, Log: cfg.Logger}
-	e.GET("/console/admin/verify", handlers.AdminVerifyPage(s, v), admins)
+	v := &models.Verifier{Store: s, Log: cfg.Logger, PublicKeys: cfg.checkpointer.PublicKeys()}
+	e.GET("/console/admin/verify", handlers.AdminVerifyPage(s, v, cfg.checkpointer), admins)
 	e.GET("/console/admin/verify/status", handlers.AdminVerifyStatus(s, v), admins)
 	e.POST("/console/admin/verify", handlers.AdminVerifyStart(v), admins)
+	e.POST("/console/admin/checkpoints", handlers.AdminCheckpointWrite(s, cfg.checkpointer), admins)
 
 	e.GET("/console/admin/users", handlers.AdminUsers(s), admins)
 	e.POST("/console/admin/users", handlers.AdminCreateUser(s), admins)

@@ -63,6 +63,16 @@ type Config struct {
 	// default 1s. Webhooks sets delivery timeouts and retries.
 	WebhookEvery time.Duration
 	Webhooks     models.WebhookPolicy
+	// CheckpointKey signs the checkpoints over the whole log; nil turns
+	// them off (verify then checks only each session's own chain).
+	CheckpointKey *models.CheckpointKey
+	// CheckpointEvery is how often the maintenance pass signs a checkpoint
+	// when anything changed; default 10 min, negative: on demand only.
+	CheckpointEvery time.Duration
+
+	// checkpointer is shared by the maintenance loop and the routes, so
+	// that one process builds one checkpoint at a time.
+	checkpointer *models.Checkpointer
 }
 
 // Defaults.
@@ -72,6 +82,7 @@ const (
 	DefaultMaintainEvery   = models.DefaultMaintainMaxSleep
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLoginWindow     = 15 * time.Minute
+	DefaultCheckpointEvery = 10 * time.Minute
 )
 
 // withDefaults fills the zero fields.
@@ -106,12 +117,23 @@ func (c Config) withDefaults() Config {
 	if c.WebhookEvery <= 0 {
 		c.WebhookEvery = time.Second
 	}
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = DefaultCheckpointEvery
+	}
+	return c
+}
+
+// withCheckpointer gives c its checkpointer unless it has one.
+func (c Config) withCheckpointer(s *models.Store) Config {
+	if c.checkpointer == nil {
+		c.checkpointer = &models.Checkpointer{Store: s, Key: c.CheckpointKey, Every: max(c.CheckpointEvery, 0)}
+	}
 	return c
 }
 
 // NewServer returns the HTTP handler of the whole product.
 func NewServer(s *models.Store, cfg Config) (http.Handler, error) {
-	e, err := newEcho(s, cfg.withDefaults())
+	e, err := newEcho(s, cfg.withDefaults().withCheckpointer(s))
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +143,10 @@ func NewServer(s *models.Store, cfg Config) (http.Handler, error) {
 // newEcho builds the Echo instance; tests use it to add routes of their own.
 func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
 	log := cfg.Logger
+	// The write path queues decided escalations for review with the
+	// server's policy (models.Store.Reviews), and the maintenance pass
+	// catches up with it.
+	s.Reviews = cfg.Reviews
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -201,8 +227,12 @@ func isHTTPS(r *http.Request, trustProxy bool) bool {
 // webhook dispatcher and, on PostgreSQL, the LISTEN loop that wakes long
 // polls when other processes queue work or sequence events.
 func Serve(ctx context.Context, s *models.Store, cfg Config) error {
-	cfg = cfg.withDefaults()
+	cfg = cfg.withDefaults().withCheckpointer(s)
 	log := cfg.Logger
+	if !cfg.checkpointer.Enabled() {
+		log.Warn("checkpoints are off: no signing key, so deleting a whole session or cutting the end of one would go unnoticed; " +
+			"set --checkpoint-key (TASKPILOTS_CHECKPOINT_KEY_FILE) to a key file shared by every replica")
+	}
 	h, err := NewServer(s, cfg)
 	if err != nil {
 		return err
@@ -233,6 +263,7 @@ func Serve(ctx context.Context, s *models.Store, cfg Config) error {
 	defer stopBg()
 	var wg sync.WaitGroup
 	wg.Go(func() { maintainLoop(bg, s, cfg.MaintainEvery, log) })
+	wg.Go(func() { checkpointLoop(bg, cfg.checkpointer, log) })
 	wg.Go(func() { s.RunSequencer(bg, time.Second) })
 	wg.Go(func() {
 		d := &Dispatcher{Store: s, Policy: cfg.Webhooks, Log: log}
@@ -314,10 +345,50 @@ func maintainLoop(ctx context.Context, s *models.Store, maxSleep time.Duration, 
 			failing = false
 			if rep != (models.MaintenanceReport{}) {
 				log.Info("maintenance", "rescued_leases", rep.Rescued, "joins", rep.Joined,
-					"snoozes_ended", rep.Resumed, "sla_breaches", rep.SLABreaches)
+					"snoozes_ended", rep.Resumed, "sla_breaches", rep.SLABreaches, "review_items", rep.ReviewItems)
 			}
 		}
 	})
+}
+
+// checkpointLoop is the maintenance pass's checkpoint part, in a loop of its
+// own so that building a checkpoint over many sessions never delays lease
+// rescue. It signs one at start and then whenever one is due.
+func checkpointLoop(ctx context.Context, cp *models.Checkpointer, log *slog.Logger) {
+	if !cp.Enabled() || cp.Every <= 0 {
+		return
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		maintainCheckpoint(ctx, cp, log)
+		// Tick decides whether one is due; looking a few times per period
+		// keeps the period accurate without a timer per replica.
+		t.Reset(jitter(min(cp.Every/4, time.Minute)))
+	}
+}
+
+// maintainCheckpoint signs a checkpoint when one is due (Checkpointer.Tick
+// decides; at most one attempt per period, so a refusal is logged once per
+// period). A refusal means the log changed behind the last checkpoint.
+func maintainCheckpoint(ctx context.Context, cp *models.Checkpointer, log *slog.Logger) {
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	c, written, err := cp.Tick(tctx)
+	var refused *models.CheckpointRefusedError
+	switch {
+	case errors.As(err, &refused):
+		log.Error("tamper evidence: "+refused.Error(), "problems", len(refused.Problems))
+	case err != nil && ctx.Err() == nil:
+		log.Error("checkpoint failed", "err", err)
+	case written:
+		log.Info("checkpoint signed", "seq", c.Seq, "sessions", c.Sessions, "events", c.Events, "root", c.Root)
+	}
 }
 
 func jitter(d time.Duration) time.Duration {

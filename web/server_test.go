@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/taskpilots/handoff/handlers"
+	"github.com/taskpilots/handoff/handlers/apicontract"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 	"github.com/taskpilots/handoff/static"
@@ -41,8 +41,9 @@ func testEcho(t *testing.T, s *models.Store, cfg Config) *echo.Echo {
 
 func serve(t *testing.T, h http.Handler) (*httptest.Server, *http.Client) {
 	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	// API exchanges are validated against the OpenAPI document, except on
+	// the routes tests add to exercise the middleware.
+	srv := apicontract.Server(t, h, apicontract.Ignore("/api/v1/test/", "/api/v1/boom"))
 	jar, _ := cookiejar.New(nil)
 	return srv, &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
@@ -332,7 +333,6 @@ func TestConfigDefaults(t *testing.T) {
 
 // urlLogger captures the URL Serve logs when it listens.
 type urlLogger struct {
-	mu  sync.Mutex
 	url chan string
 }
 

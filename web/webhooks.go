@@ -16,12 +16,14 @@ import (
 )
 
 // Dispatcher delivers webhooks (models/webhooks.go describes the states).
-// Each pass enqueues new feed events, rescues deliveries whose dispatcher
-// died, then claims due deliveries and POSTs them concurrently. All its
-// state is in the database, so any number of server processes may run one:
-// claims are exclusive (SKIP LOCKED and a lease) and a restart continues
-// where the last process stopped. It only reads the feed; the write path
-// never waits for it.
+// Each pass rescues deliveries whose dispatcher died, claims due deliveries
+// (retries, redeliveries, events held behind an open delivery of their
+// session) and POSTs them concurrently, then sends each webhook's new feed
+// events straight from the feed (models.WebhookPage) and records them in
+// their final state. All its state is in the database, so any number of
+// server processes may run one: claims and pages are exclusive (SKIP LOCKED
+// and leases) and a restart continues where the last process stopped. It
+// only reads the feed; the write path never waits for it.
 type Dispatcher struct {
 	Store  *models.Store
 	Policy models.WebhookPolicy
@@ -33,7 +35,7 @@ type Dispatcher struct {
 	// Parallel how many it sends at once (default 8).
 	Batch    int
 	Parallel int
-	// EnqueueLimit is the feed page size per webhook and pass (default 500).
+	// EnqueueLimit is the feed page size per webhook (default 500).
 	EnqueueLimit int
 	// Coalesce is the least time between passes woken by the feed;
 	// default 250ms: under a steady stream of events a pass then carries
@@ -84,18 +86,22 @@ type PassReport struct {
 	Enqueued, Rescued, Delivered, Retrying, Failed int
 }
 
-// Pass runs one round: enqueue, rescue, claim and send what is due. It keeps
-// claiming while batches come back full, so a backlog drains in one pass.
+// Pass runs one round: rescue, claim and send what is due, then send the
+// new feed events. It keeps claiming while batches come back full, and
+// reading pages while they come back full, so a backlog drains in one pass.
+// The claim path runs first so that a session's held events are sent
+// before its newer ones are looked at.
 func (d *Dispatcher) Pass(ctx context.Context) (PassReport, error) {
 	d.defaults()
 	var r PassReport
 	var errs []error
-	n, hooks, err := d.Store.EnqueueWebhookDeliveries(ctx, d.EnqueueLimit)
-	r.Enqueued = n
-	if err == nil && hooks == 0 {
+	hooks, err := d.Store.WebhookCursors(ctx)
+	if err != nil {
+		return r, err
+	}
+	if len(hooks) == 0 {
 		return r, nil // no webhook, no delivery: spare the database
 	}
-	errs = append(errs, err)
 	r.Rescued, err = d.Store.RescueWebhookDeliveries(ctx)
 	errs = append(errs, err)
 	for range 100 {
@@ -109,7 +115,101 @@ func (d *Dispatcher) Pass(ctx context.Context) (PassReport, error) {
 			break
 		}
 	}
+	for _, w := range hooks {
+		for range 100 {
+			page, err := d.Store.LeaseWebhookPage(ctx, w, d.EnqueueLimit, d.Policy.Lease)
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			if page == nil {
+				break // nothing new, or another dispatcher has it
+			}
+			if err := d.sendPage(ctx, page, &r); err != nil {
+				errs = append(errs, err)
+				break
+			}
+			if !page.Full || ctx.Err() != nil {
+				break
+			}
+			w.CursorPos = page.To
+		}
+	}
 	return r, errors.Join(errs...)
+}
+
+// sendPage sends a leased page of the feed and records it. Sessions are
+// sent in parallel, each session's events one after the other in feed (so
+// seq) order; after a failure the session's later events are not sent but
+// recorded as pending, behind the failed one, for the claim path. Held
+// events are not sent either.
+func (d *Dispatcher) sendPage(ctx context.Context, page *models.WebhookPage, r *PassReport) error {
+	sent := make([]bool, len(page.Jobs))
+	results := make([]models.DeliveryResult, len(page.Jobs))
+	bySession := map[string][]int{}
+	var order []string
+	for i, j := range page.Jobs {
+		if page.Held[i] {
+			continue
+		}
+		if _, ok := bySession[j.SessionID]; !ok {
+			order = append(order, j.SessionID)
+		}
+		bySession[j.SessionID] = append(bySession[j.SessionID], i)
+	}
+	var (
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, d.Parallel)
+	)
+	for _, sid := range order {
+		idx := bySession[sid]
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, i := range idx {
+				if ctx.Err() != nil {
+					return
+				}
+				results[i], sent[i] = d.send(ctx, page.Jobs[i]), true
+				if !results[i].OK() {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Recorded even when ctx ends (a shutdown), so that deliveries that
+	// were made are not sent again needlessly.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	sts, err := d.Store.RecordWebhookPage(fctx, page, sent, results, d.Policy)
+	if err != nil {
+		return err
+	}
+	r.Enqueued += len(page.Jobs)
+	for i, st := range sts {
+		if !sent[i] {
+			continue
+		}
+		d.count(r, page.Jobs[i], results[i], st)
+	}
+	return nil
+}
+
+// count adds an attempt's outcome to the report and logs what needs it.
+func (d *Dispatcher) count(r *PassReport, job models.DeliveryJob, res models.DeliveryResult, st models.DeliveryStatus) {
+	switch st {
+	case models.DeliveryDelivered:
+		r.Delivered++
+	case models.DeliveryFailed:
+		r.Failed++
+		d.Log.Error("webhook delivery failed for good", "webhook", job.WebhookID, "event", job.EventID,
+			"attempts", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
+	case models.DeliveryPending:
+		r.Retrying++
+		d.Log.Info("webhook delivery will be retried", "webhook", job.WebhookID, "event", job.EventID,
+			"attempt", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
+	}
 }
 
 func (d *Dispatcher) sendAll(ctx context.Context, jobs []models.DeliveryJob, r *PassReport) {
@@ -135,19 +235,7 @@ func (d *Dispatcher) sendAll(ctx context.Context, jobs []models.DeliveryJob, r *
 		d.Log.Warn("webhook deliveries not all recorded", "err", err)
 	}
 	for i, st := range sts {
-		job, res := jobs[i], results[i]
-		switch st {
-		case models.DeliveryDelivered:
-			r.Delivered++
-		case models.DeliveryFailed:
-			r.Failed++
-			d.Log.Error("webhook delivery failed for good", "webhook", job.WebhookID, "event", job.EventID,
-				"attempts", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
-		case models.DeliveryPending:
-			r.Retrying++
-			d.Log.Info("webhook delivery will be retried", "webhook", job.WebhookID, "event", job.EventID,
-				"attempt", job.Attempt, "status_code", res.StatusCode, "err", res.Err)
-		}
+		d.count(r, jobs[i], results[i], st)
 	}
 }
 

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -453,5 +456,147 @@ func TestWebhookRunWakesOnTheFeed(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		t.Logf("delivered %s after the commit", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// TestWebhookPageHeldBehindOpenDelivery: the fast path sends new feed
+// events straight from the feed, but never past an open delivery of the
+// same session: with seq 1 of a session waiting for its retry, seq 2 of it
+// (and seq 3, committed later) are recorded as pending behind it and sent
+// only after seq 1 was accepted, while another session's event goes out at
+// once.
+func TestWebhookPageHeldBehindOpenDelivery(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		var (
+			mu    sync.Mutex
+			order []string
+			fail  = true
+		)
+		rc := newReceiver(t, func(_ int, r received) int {
+			mu.Lock()
+			defer mu.Unlock()
+			if fail && r.msg.Seq == 1 {
+				return 503
+			}
+			order = append(order, r.msg.SessionID+"/"+strconv.FormatInt(r.msg.Seq, 10))
+			return 200
+		})
+		w, _ := registerHook(t, s, rc.srv.URL)
+		policy := fastPolicy()
+		policy.BaseDelay, policy.MaxDelay = time.Hour, time.Hour // seq 1 waits until told
+		d := &Dispatcher{Store: s, Policy: policy, Log: slog.New(slog.DiscardHandler)}
+		a := storetest.Session(ctx, t, s, nil)
+		if _, err := s.SequenceFeed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := d.Pass(ctx); err != nil || rep.Enqueued != 1 || rep.Retrying != 1 {
+			t.Fatalf("pass 1 = %+v, %v", rep, err)
+		}
+		mu.Lock()
+		fail = false
+		mu.Unlock()
+		for v := int64(1); v <= 2; v++ {
+			typ := models.EventSessionPaused
+			if v == 2 {
+				typ = models.EventSessionResumed
+			}
+			if _, err := s.Transition(ctx, a, typ, "test:controller", "", models.TransitionInput{ExpectedVersion: &v}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b := storetest.Session(ctx, t, s, nil)
+		if _, err := s.SequenceFeed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := d.Pass(ctx)
+		if err != nil || rep.Enqueued != 3 || rep.Delivered != 1 {
+			t.Fatalf("pass 2 = %+v, %v", rep, err)
+		}
+		mu.Lock()
+		if len(order) != 1 || order[0] != b+"/1" {
+			t.Fatalf("sent %v; want only %s/1: %s's events wait behind its seq 1", order, b, a)
+		}
+		mu.Unlock()
+		// seq 1 becomes due; then everything goes, in order.
+		if err := s.DB.Exec(`UPDATE webhook_deliveries SET next_attempt_at = ? WHERE event_id IN (SELECT id FROM events WHERE session_id = ? AND seq = 1)`,
+			models.NewUTCTime(time.Now().Add(-time.Second)), a).Error; err != nil {
+			t.Fatal(err)
+		}
+		drain(t, s, d, func() bool { return rc.unique() == 4 })
+		mu.Lock()
+		defer mu.Unlock()
+		want := []string{b + "/1", a + "/1", a + "/2", a + "/3"}
+		if !slices.Equal(order, want) {
+			t.Fatalf("accepted in order %v, want %v", order, want)
+		}
+		ds, _ := s.ListWebhookDeliveries(ctx, w.ID, 10)
+		for _, dl := range ds {
+			if dl.Status != models.DeliveryDelivered {
+				t.Errorf("delivery %+v not delivered", dl)
+			}
+		}
+	})
+}
+
+// TestWebhookPageLeaseAndCrash: a dispatcher leases a page of the feed,
+// sends it and dies before recording it. While its lease runs no other
+// dispatcher sends the page; once it expired another one sends it again
+// (at least once) and records it, and the cursor moves on: nothing is sent
+// a third time.
+func TestWebhookPageLeaseAndCrash(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		rc := newReceiver(t, func(int, received) int { return 200 })
+		w, _ := registerHook(t, s, rc.srv.URL)
+		storetest.Session(ctx, t, s, nil)
+		storetest.Session(ctx, t, s, nil)
+		if _, err := s.SequenceFeed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		policy := fastPolicy()
+		policy.Lease = 300 * time.Millisecond
+		dead := &Dispatcher{Store: s, Policy: policy, Log: slog.New(slog.DiscardHandler)}
+		dead.defaults()
+		hooks, err := s.WebhookCursors(ctx)
+		if err != nil || len(hooks) != 1 {
+			t.Fatalf("cursors = %+v, %v", hooks, err)
+		}
+		page, err := s.LeaseWebhookPage(ctx, hooks[0], 100, policy.Lease)
+		if err != nil || page == nil || len(page.Jobs) != 2 {
+			t.Fatalf("page = %+v, %v", page, err)
+		}
+		for _, j := range page.Jobs {
+			if res := dead.send(ctx, j); !res.OK() {
+				t.Fatalf("send = %+v", res)
+			}
+		}
+		// ...and the process dies here, before RecordWebhookPage.
+
+		other := &Dispatcher{Store: s, Policy: policy, Log: slog.New(slog.DiscardHandler)}
+		if rep, err := other.Pass(ctx); err != nil || rep != (PassReport{}) {
+			t.Fatalf("while the lease runs: %+v, %v", rep, err)
+		}
+		if got := len(rc.requests()); got != 2 {
+			t.Fatalf("the page was sent %d times during the lease", got)
+		}
+		time.Sleep(policy.Lease + 50*time.Millisecond)
+		if rep, err := other.Pass(ctx); err != nil || rep.Enqueued != 2 || rep.Delivered != 2 {
+			t.Fatalf("after the lease: %+v, %v", rep, err)
+		}
+		if got := len(rc.requests()); got != 4 || rc.unique() != 2 {
+			t.Fatalf("receiver got %d requests, %d unique; want 4, 2", got, rc.unique())
+		}
+		// The dead dispatcher's late record changes nothing.
+		if _, err := s.RecordWebhookPage(ctx, page, []bool{true, true}, []models.DeliveryResult{{StatusCode: 200}, {StatusCode: 200}}, policy); !errors.Is(err, models.ErrLeaseLost) {
+			t.Fatalf("late record = %v, want ErrLeaseLost", err)
+		}
+		if rep, err := other.Pass(ctx); err != nil || rep != (PassReport{}) {
+			t.Fatalf("after recording: %+v, %v", rep, err)
+		}
+		ds, _ := s.ListWebhookDeliveries(ctx, w.ID, 10)
+		if len(ds) != 2 || ds[0].Status != models.DeliveryDelivered || ds[0].Attempt != 1 || ds[1].Status != models.DeliveryDelivered {
+			t.Fatalf("log = %+v", ds)
+		}
 	})
 }

@@ -47,6 +47,7 @@ type benchOpts struct {
 	// webhookRounds > 0 compares the write path without and with one
 	// active webhook (bench_webhook.go).
 	webhookRounds int
+	asReceiver    bool
 }
 
 func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
@@ -64,6 +65,7 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
 	feedBenchFlags(fs, &o.feed)
 	fs.IntVar(&o.webhookRounds, "webhook-rounds", 0, "if set, run this many rounds of --duration each without and with one active webhook (receiver on localhost) and compare")
+	fs.BoolVar(&o.asReceiver, "as-webhook-receiver", false, "internal: run as the webhook receiver process of --webhook-rounds")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots bench --database-url URL --mode http|inproc --workers N --duration D [--json]\n\n"+
 			"Migrates the database, creates its own tokens and sessions, and runs full\n"+
@@ -247,6 +249,9 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	o, err := benchFlags(env, args)
 	if err != nil {
 		return err
+	}
+	if o.asReceiver {
+		return serveBenchReceiver(ctx, env)
 	}
 	// The bench's own log stays quiet: the store and server would log
 	// every request otherwise.

@@ -336,9 +336,6 @@ func newConsoleHuman(email, password string, api *drillAPI) (*consoleHuman, erro
 
 func (h *consoleHuman) kind() string { return "console" }
 
-// errLoggedOut means the server sent the browser to the login page.
-var errLoggedOut = errors.New("the console asked to log in")
-
 // send does one request and returns the status, the Location and the body.
 func (h *consoleHuman) send(ctx context.Context, method, u string, form url.Values) (int, string, string, error) {
 	var body io.Reader

@@ -421,8 +421,11 @@ type expectation struct {
 	DelegationID string
 	Attempt      int
 	Worker       string
-	// LeaseSeq is the seq of the delegation.leased event of the lease the
-	// write was sent under (the lease packet's based_on_version).
+	// LeaseSeq names the delegation.leased event of the lease the write
+	// was sent under: the version it moved the session to (the lease
+	// packet's based_on_version). A lease is work, so no other event moved
+	// the version there; it is the event's seq only while no audit-only
+	// event was appended before it.
 	LeaseSeq int64
 	Expected string
 	Got      string

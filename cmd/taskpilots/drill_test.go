@@ -351,10 +351,15 @@ func TestDrillFlags(t *testing.T) {
 
 // TestLeaseLost checks how the drill reads a lost lease from the event log.
 func TestLeaseLost(t *testing.T) {
-	seq := int64(0)
+	var seq, version int64
 	ev := func(typ, payload string) client.Event {
 		seq++
-		return client.Event{Seq: seq, Type: typ, Payload: json.RawMessage(payload)}
+		e := client.Event{Seq: seq, Type: typ, VersionBefore: version, Payload: json.RawMessage(payload)}
+		if models.VersionEffectOf(models.EventType(typ)) == models.MovesVersion {
+			version++
+		}
+		e.VersionAfter = version
+		return e
 	}
 	lease := func(worker string) client.Event {
 		return ev("delegation.leased", `{"delegation_id":"dlg_1","attempt":1,"worker":"`+worker+`"}`)
@@ -366,6 +371,11 @@ func TestLeaseLost(t *testing.T) {
 		want bool
 	}{
 		{"still held", func() []client.Event { return []client.Event{lease("w1")} }, 1, false},
+		// An audit-only event before the lease: the packet's version (1)
+		// is no longer the lease's seq (2).
+		{"expired after an audit event", func() []client.Event {
+			return []client.Event{ev("escalation.sla_breached", `{}`), lease("w1"), ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}
+		}, 1, true},
 		{"expired", func() []client.Event {
 			return []client.Event{lease("w1"), ev("delegation.lease_expired", `{"delegation_id":"dlg_1","attempt":1}`)}
 		}, 1, true},
@@ -388,7 +398,7 @@ func TestLeaseLost(t *testing.T) {
 			return []client.Event{lease("w1"), ev("session.paused", `{}`), ev("session.resumed", `{}`), lease("w1")}
 		}, 0, false},
 	} {
-		seq = 0
+		seq, version = 0, 0
 		if got := leaseLost(c.evs(), c.seq, "dlg_1", 1, "w1"); got != c.want {
 			t.Errorf("%s: leaseLost = %t; want %t", c.name, got, c.want)
 		}

@@ -48,7 +48,8 @@ func revokes(t string) bool {
 // leaseLost reports whether the event log shows that one lease of
 // delegation dlg, attempt, ended without a result of its own: it expired, or
 // a pause, escalation or cancellation revoked it. The lease is the
-// delegation.leased event at seq (its packet's based_on_version); with seq 0,
+// delegation.leased event that moved the version to seq (its packet's
+// based_on_version; a lease is work, so no other event moved it there); with seq 0,
 // the last lease of that attempt taken by worker. (A pause does not bump
 // the attempt, so one worker may lease the same attempt twice.)
 func leaseLost(evs []client.Event, seq int64, dlg string, attempt int, worker string) bool {
@@ -61,7 +62,7 @@ func leaseLost(evs []client.Event, seq int64, dlg string, attempt int, worker st
 		if r.DelegationID != dlg || r.Attempt != attempt {
 			continue
 		}
-		if seq > 0 && e.Seq == seq || seq <= 0 && (worker == "" || r.Worker == worker) {
+		if seq > 0 && e.VersionAfter == seq || seq <= 0 && (worker == "" || r.Worker == worker) {
 			start = i
 		}
 	}
@@ -110,15 +111,19 @@ func checkSession(id string, s client.Session, evs []client.Event, keys map[stri
 		c.problems = append(c.problems, fmt.Sprintf("session %s: ", id)+fmt.Sprintf(format, args...))
 	}
 	// Hash chain and sequence.
+	// Seq runs 1..n; each version_before is the previous version_after
+	// (whether an event may move the version is replay's check).
 	mevs := make([]models.Event, len(evs))
 	prev := ""
+	var prevVersion int64
 	for i, e := range evs {
 		me := toModel(id, e)
 		mevs[i] = me
-		if e.Seq != int64(i+1) || e.VersionBefore != int64(i) || e.VersionAfter != int64(i+1) {
+		if e.Seq != int64(i+1) || e.VersionBefore != prevVersion {
 			c.chain++
 			add("event %d has seq %d and versions %d→%d", i+1, e.Seq, e.VersionBefore, e.VersionAfter)
 		}
+		prevVersion = e.VersionAfter
 		if e.PrevHash != prev {
 			c.chain++
 			add("seq %d: prev_hash does not match the previous event's hash", e.Seq)

@@ -246,6 +246,14 @@ func TestMultiProcess(t *testing.T) {
 // until it is ready; it is stopped with SIGTERM when the test ends.
 func startServer(t *testing.T, ctx context.Context, bin, dbURL string, n int) string {
 	t.Helper()
+	url, _ := startServerWith(t, ctx, bin, dbURL, n, "warn")
+	return url
+}
+
+// startServerWith is startServer at a log level and with extra serve flags;
+// it returns the server's URL and the file its log goes to.
+func startServerWith(t *testing.T, ctx context.Context, bin, dbURL string, n int, logLevel string, flags ...string) (url, logPath string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -256,9 +264,9 @@ func startServer(t *testing.T, ctx context.Context, bin, dbURL string, n int) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--demo=false", "--database-url", dbURL)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--demo=false", "--database-url", dbURL}, flags...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "TASKPILOTS_LOG_LEVEL=warn")
+	cmd.Env = append(os.Environ(), "TASKPILOTS_LOG_LEVEL="+logLevel)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -279,13 +287,13 @@ func startServer(t *testing.T, ctx context.Context, bin, dbURL string, n int) st
 			t.Logf("server %d log (last 4 KiB):\n%s", n, tail(b, 4096))
 		}
 	})
-	url := "http://" + addr
+	url = "http://" + addr
 	for {
 		resp, err := http.Get(url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return url
+				return url, logf.Name()
 			}
 		}
 		select {

@@ -30,9 +30,15 @@ type serveOpts struct {
 	dbMaxConns  int
 	replicas    int
 	demo        bool
+	// leaseRecheck becomes the store's LeaseRecheck.
+	leaseRecheck time.Duration
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
 	// where web.Config's zero means "the default".
 	reviewDoubleShare float64
+	// checkpointKeyPath and checkpointEvery are the flags' values; the key
+	// is loaded (or created) by runServe.
+	checkpointKeyPath string
+	checkpointEvery   time.Duration
 	web               web.Config
 }
 
@@ -65,6 +71,8 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 			"bounds how late a timer created by another replica is found if that replica stops (env TASKPILOTS_MAINTAIN_EVERY)")
 	fs.DurationVar(&o.web.LeaseWaitMax, "lease-wait-max", d.Duration("TASKPILOTS_LEASE_WAIT_MAX", models.MaxWaitSeconds*time.Second),
 		"longest a lease long poll may wait (env TASKPILOTS_LEASE_WAIT_MAX)")
+	fs.DurationVar(&o.leaseRecheck, "lease-recheck", d.Duration("TASKPILOTS_LEASE_RECHECK", models.DefaultLeaseRecheck),
+		"how often a waiting lease long poll looks at its queue when nothing woke it; new work wakes it at once (env TASKPILOTS_LEASE_RECHECK)")
 	fs.DurationVar(&o.web.ShutdownTimeout, "shutdown-timeout", d.Duration("TASKPILOTS_SHUTDOWN_TIMEOUT", web.DefaultShutdownTimeout),
 		"how long a graceful shutdown may take (env TASKPILOTS_SHUTDOWN_TIMEOUT)")
 	fs.IntVar(&o.web.LoginFailuresPerAccount, "login-failures-per-account", d.Int("TASKPILOTS_LOGIN_FAILURES_PER_ACCOUNT", 5),
@@ -77,6 +85,9 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"share of escalations scored by two reviewers, 0 to 1 (env TASKPILOTS_REVIEW_DOUBLE_SHARE)")
 	fs.DurationVar(&o.web.Reviews.ClaimTTL, "review-claim-ttl", d.Duration("TASKPILOTS_REVIEW_CLAIM_TTL", models.DefaultReviewClaimTTL),
 		"how long a reviewer's claim on an item lasts (env TASKPILOTS_REVIEW_CLAIM_TTL)")
+	checkpointKeyFlag(fs, d, &o.checkpointKeyPath)
+	fs.DurationVar(&o.checkpointEvery, "checkpoint-every", d.Duration("TASKPILOTS_CHECKPOINT_EVERY", web.DefaultCheckpointEvery),
+		"how often to sign a checkpoint over every session's head when anything changed; 0: only on demand (env TASKPILOTS_CHECKPOINT_EVERY)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
 			"seeds demo users and sessions into a new embedded SQLite database (never PostgreSQL),\n"+
@@ -114,11 +125,19 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.reviewDoubleShare < 0 || o.reviewDoubleShare > 1 {
 		v.Add("review-double-share", "must be between 0 and 1")
 	}
+	if o.checkpointEvery < 0 {
+		v.Add("checkpoint-every", "must be 0 (on demand only) or a positive duration")
+	}
+	o.web.CheckpointEvery = o.checkpointEvery
+	if o.checkpointEvery == 0 {
+		o.web.CheckpointEvery = -1
+	}
 	o.web.Reviews.DoubleShare = o.reviewDoubleShare
 	if o.reviewDoubleShare == 0 {
 		o.web.Reviews.DoubleShare = -1
 	}
 	for name, dur := range map[string]time.Duration{"maintain-every": o.web.MaintainEvery, "lease-wait-max": o.web.LeaseWaitMax,
+		"lease-recheck":    o.leaseRecheck,
 		"shutdown-timeout": o.web.ShutdownTimeout, "login-window": o.web.LoginWindow, "review-claim-ttl": o.web.Reviews.ClaimTTL} {
 		if dur <= 0 {
 			v.Add(name, "must be a positive duration")
@@ -141,8 +160,12 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer s.Close()
+	s.LeaseRecheck = o.leaseRecheck
 	if err := prepareServe(ctx, env, s, o.demo); err != nil {
 		return err
+	}
+	if o.web.CheckpointKey, err = checkpointKey(env, o.databaseURL, o.checkpointKeyPath, true); err != nil {
+		return fmt.Errorf("checkpoint key: %w", err)
 	}
 	env.log.Info("starting TaskPilots Handoff", "database", redactURL(s.URL()), "dialect", s.Dialect, "addr", o.web.Addr)
 	if err := web.Serve(ctx, s, o.web); err != nil {

@@ -26,6 +26,8 @@ type verifyJSON struct {
 	Events    int64            `json:"events"`
 	Problems  []models.Problem `json:"problems"`
 	ElapsedMS float64          `json:"elapsed_ms"`
+	// Checkpoints is what the checkpoint checks covered.
+	Checkpoints *models.CheckpointSummary `json:"checkpoints,omitempty"`
 }
 
 func runVerify(ctx context.Context, env *cliEnv, args []string) error {
@@ -33,16 +35,50 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 	dbURL := databaseFlag(env, fs)
 	asJSON := fs.Bool("json", false, "print a JSON report as the last line of standard output")
 	quiet := fs.Bool("quiet", false, "no progress on standard error")
+	d := &envDefaults{env: env}
+	pubkeys := fs.String("checkpoint-pubkey", d.String("TASKPILOTS_CHECKPOINT_PUBKEY", ""),
+		"public key(s) whose checkpoint signatures count, comma-separated (`taskpilots checkpoint pubkey` prints the server's); "+
+			"default: the key of --checkpoint-key, else the keys recorded in the database, which is reported (env TASKPILOTS_CHECKPOINT_PUBKEY)")
+	keyPath := new(string)
+	checkpointKeyFlag(fs, d, keyPath)
+	allCheckpoints := fs.Bool("all-checkpoints", false, "check the log against every checkpoint, not only the newest")
+	transcript := fs.String("transcript", "", "check this exported transcript offline, without a database: its chain, "+
+		"and that it reaches the event count and head its checkpoint signed")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: taskpilots verify [flags] [SESSION_ID...]\n\n"+
+		fmt.Fprintln(env.stderr, "usage: taskpilots verify [flags] [SESSION_ID...]\n"+
+			"       taskpilots verify --transcript FILE [--checkpoint-pubkey KEY]\n\n"+
 			"Replays every session's events (or only the given sessions) with the same\n"+
 			"function as live writes, compares the result with the stored state and\n"+
-			"recomputes each hash chain. Exit status 1 when anything is wrong.\n\nflags:")
+			"recomputes each hash chain; then checks the log against the newest signed\n"+
+			"checkpoint (sessions deleted, cut short or rewritten since). With --transcript,\n"+
+			"checks one exported transcript offline. Exit status 1 when anything is wrong.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	ids, err := parseArgs(fs, args)
 	if err != nil {
 		return err
+	}
+	if err := d.Err(); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	trusted, err := models.ParsePublicKeys(*pubkeys)
+	if err != nil {
+		return usageErr("--checkpoint-pubkey: %v", err)
+	}
+	if *transcript != "" {
+		if len(ids) > 0 {
+			return usageErr("--transcript takes no session ids")
+		}
+		return verifyTranscriptFile(env, *transcript, trusted, *asJSON)
+	}
+	if len(trusted) == 0 {
+		k, err := checkpointKey(env, *dbURL, *keyPath, false)
+		if err != nil {
+			return err
+		}
+		if k != nil {
+			trusted = []string{k.PublicKey}
+		}
 	}
 	s, err := openStore(ctx, env, *dbURL)
 	if err != nil {
@@ -62,7 +98,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 	}
 
 	var pw *progressWriter
-	opts := models.VerifyOpts{SessionIDs: ids}
+	opts := models.VerifyOpts{SessionIDs: ids, Checkpoints: &models.CheckpointVerifyOpts{PublicKeys: trusted, All: *allCheckpoints}}
 	if !*quiet {
 		pw = newProgressWriter(env.stderr, isTerminal(env.stderr), time.Now)
 		opts.Progress = pw.update
@@ -82,12 +118,31 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if n := len(rep.Problems); n > 0 {
 		verdict = plural(n, "problem", "problems")
 	}
+	if cs := rep.Checkpoints; cs != nil {
+		switch {
+		case cs.Latest == nil && cs.Checkpoints == 0:
+			fmt.Fprintln(env.stdout, "no signed checkpoint yet: deleted sessions or cut-off tails would not show (`taskpilots checkpoint` signs one)")
+		case cs.Latest == nil:
+			fmt.Fprintln(env.stdout, "no checkpoint with a valid trusted signature")
+		default:
+			fmt.Fprintf(env.stdout, "checked against checkpoint %d of %s (%s, %s)\n", cs.Latest.Seq, cs.Latest.CreatedAt.String(),
+				plural(int(cs.Latest.Sessions), "session", "sessions"), plural(int(cs.Latest.Events), "event", "events"))
+		}
+		if cs.KeysFromDatabase && cs.Checkpoints > 0 {
+			fmt.Fprintln(env.stdout, "note: checkpoint signatures were checked with the public keys recorded in the database, "+
+				"which whoever rewrote it could replace; pass --checkpoint-pubkey with the key you trust")
+		}
+		if cs.Untrusted > 0 {
+			fmt.Fprintf(env.stdout, "note: %s signed by other keys (rotated?) not checked; pass their public keys too\n",
+				plural(int(cs.Untrusted), "older checkpoint", "older checkpoints"))
+		}
+	}
 	fmt.Fprintf(env.stdout, "verified %s, %s in %s: %s\n",
 		plural(int(rep.Sessions), "session", "sessions"), plural(int(rep.Events), "event", "events"),
 		rep.Elapsed.Round(time.Millisecond), verdict)
 	if *asJSON {
 		out := verifyJSON{OK: rep.OK(), Sessions: rep.Sessions, Events: rep.Events,
-			Problems: rep.Problems, ElapsedMS: float64(rep.Elapsed.Microseconds()) / 1000}
+			Problems: rep.Problems, ElapsedMS: float64(rep.Elapsed.Microseconds()) / 1000, Checkpoints: rep.Checkpoints}
 		if out.Problems == nil {
 			out.Problems = []models.Problem{}
 		}
@@ -99,6 +154,50 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if !rep.OK() {
 		return &exitError{code: 1, err: fmt.Errorf("%s found: the event log or the stored state has been changed outside TaskPilots", plural(len(rep.Problems), "problem", "problems"))}
+	}
+	return nil
+}
+
+// verifyTranscriptFile checks an exported transcript offline.
+func verifyTranscriptFile(env *cliEnv, path string, trusted []string, asJSON bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rep, err := models.VerifyTranscript(f, trusted)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintln(env.stdout, p.String())
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintln(env.stdout, "note: "+n)
+	}
+	verdict := "no problems"
+	if n := len(rep.Problems); n > 0 {
+		verdict = plural(n, "problem", "problems")
+	}
+	cover := "no checkpoint"
+	if rep.Checkpoint > 0 && rep.Covered > 0 {
+		cover = fmt.Sprintf("checkpoint %d covers %s", rep.Checkpoint, plural(int(rep.Covered), "event", "events"))
+	} else if rep.Checkpoint > 0 {
+		cover = fmt.Sprintf("checkpoint %d not verified", rep.Checkpoint)
+	}
+	fmt.Fprintf(env.stdout, "transcript of %s: %s, %s: %s\n", rep.SessionID, plural(int(rep.Events), "event", "events"), cover, verdict)
+	if asJSON {
+		if rep.Problems == nil {
+			rep.Problems = []models.Problem{}
+		}
+		b, err := json.Marshal(rep)
+		if err != nil {
+			return fmt.Errorf("encode report: %w", err)
+		}
+		fmt.Fprintln(env.stdout, string(b))
+	}
+	if !rep.OK() {
+		return &exitError{code: 1, err: fmt.Errorf("%s found: the transcript differs from what was exported and signed", plural(len(rep.Problems), "problem", "problems"))}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/taskpilots/handoff/client"
+	"github.com/taskpilots/handoff/handlers/apicontract"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/demo"
 	"github.com/taskpilots/handoff/models/storetest"
@@ -36,7 +37,8 @@ func TestDemoWorkerFlowsThroughRoutes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewServer(h)
+		// API exchanges are validated against the OpenAPI document.
+		srv := httptest.NewServer(apicontract.Handler(t, h))
 		defer srv.Close()
 		dw := &demoWorker{seed: 1, log: slog.New(slog.DiscardHandler)}
 		w := &client.Worker{Client: client.New(srv.URL, token), Queues: DemoQueues, Name: "flow", Concurrency: len(DemoQueues),

@@ -1,0 +1,3 @@
+module github.com/taskpilots/handoff/client
+
+go 1.23

@@ -1,0 +1,7 @@
+// TaskPilots Handoff client: sessions, delegation, leases with heartbeats and
+// fencing, the event feed, webhooks. Node >= 18, no runtime dependencies.
+export * from "./client.js";
+export * from "./errors.js";
+export * from "./webhooks.js";
+export * from "./worker.js";
+export type { components, paths, operations } from "./schema.js";
