@@ -67,14 +67,22 @@ type Store struct {
 	tokens   tokenCache
 	// pool is the PostgreSQL connection pool (nil on SQLite); DB reads
 	// through it too.
-	pool *pgxpool.Pool
-	wire wireStats
+	pool  *pgxpool.Pool
+	wire  wireStats
+	maint maintState
 }
 
 // OpenOpts configures Open.
 type OpenOpts struct {
-	Logger       *slog.Logger
-	MaxOpenConns int // PostgreSQL pool size; default 20
+	Logger *slog.Logger
+	// MaxOpenConns is the PostgreSQL pool size; Open fails with a
+	// PoolFitError when Replicas such pools do not fit in the server's
+	// max_connections. Zero derives it (see FitPool): WantConns, or
+	// DefaultPoolSize, lowered to this process's share of the server.
+	MaxOpenConns int
+	WantConns    int
+	// Replicas is how many processes share the database (default 1).
+	Replicas int
 }
 
 // ParseDatabaseURL tells the dialect of a database URL and the DSN for its
@@ -155,10 +163,16 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 		if perr != nil {
 			return nil, fmt.Errorf("database url: %w", perr)
 		}
-		pcfg.MaxConns = int32(opts.MaxOpenConns)
-		if pcfg.MaxConns <= 0 {
-			pcfg.MaxConns = 20
+		// The pool size depends on what the server allows, read once here.
+		server, serr := readServerConns(ctx, pcfg.ConnConfig)
+		if serr != nil {
+			return nil, fmt.Errorf("connect to %s database: %w", dialect, serr)
 		}
+		size, ferr := FitPool(server, opts.Replicas, opts.MaxOpenConns, opts.WantConns)
+		if ferr != nil {
+			return nil, ferr
+		}
+		pcfg.MaxConns = int32(size)
 		pcfg.MaxConnIdleTime = 5 * time.Minute
 		if pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 			return nil, fmt.Errorf("open %s database: %w", dialect, err)

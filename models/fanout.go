@@ -498,32 +498,83 @@ func keyConflict(keys []string, kids []State) string {
 // MaintainJoins records the joins the maintenance pass finds due: parents
 // whose join timed out, and parents whose current children have all
 // finished (a catch-up for a child-done hook lost between commit and
-// evaluation). It returns how many joins it recorded.
+// evaluation, over every waiting parent). It returns how many joins it
+// recorded.
 func (s *Store) MaintainJoins(ctx context.Context, limit int) (int, error) {
+	n, _, err := s.joinTimeouts(ctx, limit)
+	if err != nil {
+		return n, err
+	}
+	s.maint.mu.Lock()
+	s.maint.childDone = time.Time{}
+	s.maint.mu.Unlock()
+	m, _, err := s.joinCatchUp(ctx, limit)
+	return n + m, err
+}
+
+// joinTimeouts records the joins whose timeout has come, through
+// sessions_join_due_at_idx, and returns how many it recorded and found.
+func (s *Store) joinTimeouts(ctx context.Context, limit int) (int, int, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var timedOut []string
 	err := s.DB.WithContext(ctx).Model(&Session{}).
-		Where("status = ? AND join_due_at <= ?", StatusWaitingChildren, NewUTCTime(s.now())).
+		Where("join_due_at <= ? AND status = ?", NewUTCTime(s.now()), StatusWaitingChildren).
 		Order("join_due_at").Limit(limit).Pluck("id", &timedOut).Error
 	if err != nil {
-		return 0, fmt.Errorf("find timed out joins: %w", err)
+		return 0, 0, fmt.Errorf("find timed out joins: %w", err)
 	}
+	n, err := s.evaluateJoins(ctx, timedOut)
+	return n, len(timedOut), err
+}
+
+// catchUpLookback widens the join catch-up's window of child writes: a
+// transaction stamps updated_at before it commits, so a child written
+// slightly before the newest one seen may commit after it.
+const catchUpLookback = time.Minute
+
+// joinCatchUp evaluates the joins of the waiting parents whose children
+// were written since the last catch-up (all waiting parents the first time
+// in this process), which covers a child-done hook lost in a crash.
+func (s *Store) joinCatchUp(ctx context.Context, limit int) (int, int, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	s.maint.mu.Lock()
+	since, seen := s.maint.childDone, s.maint.childSeen
+	s.maint.mu.Unlock()
 	// The current children are those created by the parent's latest
 	// fan-out; older children (left running by an any or quorum join) do
 	// not hold the catch-up back.
-	var ready []string
-	err = s.DB.WithContext(ctx).Raw(`SELECT p.id FROM sessions p
+	q := `SELECT p.id FROM sessions p
 WHERE p.status = 'waiting_children' AND NOT EXISTS (
 	SELECT 1 FROM sessions c
 	WHERE c.parent_id = p.id AND c.status NOT IN ('completed', 'rejected', 'cancelled')
-	  AND c.created_at >= (SELECT max(e.created_at) FROM events e WHERE e.session_id = p.id AND e.type = 'children.spawned'))
-ORDER BY p.id LIMIT ?`, limit).Scan(&ready).Error
-	if err != nil {
-		return 0, fmt.Errorf("find finished joins: %w", err)
+	  AND c.created_at >= (SELECT max(e.created_at) FROM events e WHERE e.session_id = p.id AND e.type = 'children.spawned'))`
+	args := []any{}
+	if !since.IsZero() {
+		q += ` AND p.id IN (SELECT c.parent_id FROM sessions c WHERE c.parent_id IS NOT NULL AND c.updated_at >= ?)`
+		args = append(args, NewUTCTime(since.Add(-catchUpLookback)))
 	}
-	ids := append(timedOut, ready...)
+	var ready []string
+	if err := s.DB.WithContext(ctx).Raw(q+` ORDER BY p.id LIMIT ?`, append(args, limit)...).Scan(&ready).Error; err != nil {
+		return 0, 0, fmt.Errorf("find finished joins: %w", err)
+	}
+	n, err := s.evaluateJoins(ctx, ready)
+	if err == nil && len(ready) < limit && !seen.IsZero() {
+		s.maint.mu.Lock()
+		if seen.After(s.maint.childDone) {
+			s.maint.childDone = seen
+		}
+		s.maint.mu.Unlock()
+	}
+	return n, len(ready), err
+}
+
+// evaluateJoins evaluates the joins of ids and returns how many it recorded.
+func (s *Store) evaluateJoins(ctx context.Context, ids []string) (int, error) {
+	ids = append([]string(nil), ids...)
 	sort.Strings(ids)
 	n := 0
 	for i, id := range ids {

@@ -376,6 +376,7 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 		return nil, err
 	}
 	if !out.Replayed {
+		s.timerSet(lease.LeaseExpiresAt)
 		return &lease, nil
 	}
 	var l Lease
@@ -693,13 +694,20 @@ const RescuerActor = "system:rescuer"
 // Several processes may run it at once: each rescue re-checks the lease under
 // the session and delegation locks, so a lease is rescued exactly once.
 func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
+	n, _, err := s.rescueExpired(ctx, limit)
+	return n, err
+}
+
+// rescueExpired is RescueExpired that also returns how many expired leases
+// it found.
+func (s *Store) rescueExpired(ctx context.Context, limit int) (int, int, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var due []Delegation
 	if err := s.DB.WithContext(ctx).Where("status = ? AND lease_expires_at < ?", DelegationLeased, NewUTCTime(s.now())).
 		Order("lease_expires_at").Limit(limit).Find(&due).Error; err != nil {
-		return 0, fmt.Errorf("find expired leases: %w", err)
+		return 0, 0, fmt.Errorf("find expired leases: %w", err)
 	}
 	n := 0
 	for _, seen := range due {
@@ -744,8 +752,8 @@ func (s *Store) RescueExpired(ctx context.Context, limit int) (int, error) {
 		case errors.Is(err, errSkip), ErrorCode(err) == EILLEGAL:
 			// Another process rescued it, or a result or pause got there first.
 		default:
-			return n, fmt.Errorf("rescue delegation %s: %w", seen.ID, err)
+			return n, len(due), fmt.Errorf("rescue delegation %s: %w", seen.ID, err)
 		}
 	}
-	return n, nil
+	return n, len(due), nil
 }

@@ -118,6 +118,13 @@ func (s *Store) snoozeUntil(t EventType, in TransitionInput) (string, error) {
 // it at once: each resume re-checks the session under its lock, so a snooze
 // ends with exactly one session.resumed event.
 func (s *Store) ResumeSnoozed(ctx context.Context, limit int) (int, error) {
+	n, _, err := s.resumeSnoozed(ctx, limit)
+	return n, err
+}
+
+// resumeSnoozed is ResumeSnoozed that also returns how many due snoozes it
+// found.
+func (s *Store) resumeSnoozed(ctx context.Context, limit int) (int, int, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -126,7 +133,7 @@ func (s *Store) ResumeSnoozed(ctx context.Context, limit int) (int, error) {
 		Where("status = ? AND resume_at <= ?", StatusPaused, NewUTCTime(s.now())).
 		Order("resume_at").Limit(limit).Pluck("id", &due).Error
 	if err != nil {
-		return 0, fmt.Errorf("find snoozed sessions: %w", err)
+		return 0, 0, fmt.Errorf("find snoozed sessions: %w", err)
 	}
 	n := 0
 	for _, id := range due {
@@ -154,8 +161,8 @@ func (s *Store) ResumeSnoozed(ctx context.Context, limit int) (int, error) {
 			// Another process resumed it, or it was resumed, cancelled or
 			// snoozed again meanwhile.
 		default:
-			return n, fmt.Errorf("resume snoozed session %s: %w", id, err)
+			return n, len(due), fmt.Errorf("resume snoozed session %s: %w", id, err)
 		}
 	}
-	return n, nil
+	return n, len(due), nil
 }

@@ -31,6 +31,8 @@ var sessionIndexReaders = map[string]string{
 	"sessions_resume_at_idx":        "ResumeSnoozed",
 	"sessions_join_due_at_idx":      "MaintainJoins (timed out joins)",
 	"sessions_waiting_children_idx": "MaintainJoins (finished joins)",
+	"sessions_sla_pending_idx":      "the maintenance probe and RecordSLABreaches (escalations not judged yet)",
+	"sessions_child_updated_idx":    "the maintenance probe and the join catch-up (children written since)",
 }
 
 // TestSessionIndexesAreRead: sessions has exactly the indexes some query

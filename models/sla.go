@@ -130,6 +130,14 @@ func (s *Store) slaBuckets() []slaBucket {
 // inHumanHandsSQL selects the sessions whose escalation clock runs.
 const inHumanHandsSQL = `status IN ('escalated', 'human_active') AND escalated_at IS NOT NULL`
 
+// slaPendingSQL selects the escalations in human hands whose breach is not
+// recorded yet: sla_breached_for holds the escalated_at of the escalation
+// whose breach was recorded, so a new escalation of the same session is
+// pending again. It is, word for word, the predicate of the partial index
+// sessions_sla_pending_idx (migration 00016), which keeps the maintenance
+// pass from revisiting escalations already judged.
+const slaPendingSQL = `status IN ('escalated', 'human_active') AND escalated_at IS NOT NULL AND sla_breached_for IS DISTINCT FROM escalated_at`
+
 // EscalationDue is a session in human hands with its SLA.
 type EscalationDue struct {
 	SessionID    string `json:"session_id"`
@@ -303,6 +311,13 @@ type breachCandidate struct {
 // once: each breach is re-checked under the session lock, against the
 // session's events, so an escalation is recorded as breached exactly once.
 func (s *Store) RecordSLABreaches(ctx context.Context, limit int) (int, error) {
+	n, _, err := s.recordSLABreaches(ctx, limit)
+	return n, err
+}
+
+// recordSLABreaches is RecordSLABreaches that also returns how many
+// candidates it found.
+func (s *Store) recordSLABreaches(ctx context.Context, limit int) (int, int, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -310,14 +325,12 @@ func (s *Store) RecordSLABreaches(ctx context.Context, limit int) (int, error) {
 	var due []breachCandidate
 	for _, b := range s.slaBuckets() {
 		var rows []breachCandidate
-		err := s.DB.WithContext(ctx).Table("sessions AS s").Select("s.id, s.escalated_at").
-			Where(inHumanHandsSQL).Where(b.where, b.args...).
-			Where("s.escalated_at <= ?", NewUTCTime(now.Add(-b.budget))).
-			Where(`NOT EXISTS (SELECT 1 FROM events e WHERE e.session_id = s.id AND e.type = ? AND e.created_at >= s.escalated_at)`,
-				EventEscalationSLABreached).
-			Order("s.escalated_at, s.id").Limit(limit).Find(&rows).Error
+		err := s.DB.WithContext(ctx).Table(s.slaPendingFrom()).Select("id, escalated_at").
+			Where(slaPendingSQL).Where(b.where, b.args...).
+			Where("escalated_at <= ?", NewUTCTime(now.Add(-b.budget))).
+			Order("escalated_at, id").Limit(limit).Find(&rows).Error
 		if err != nil {
-			return 0, fmt.Errorf("find sla breaches: %w", err)
+			return 0, 0, fmt.Errorf("find sla breaches: %w", err)
 		}
 		due = append(due, rows...)
 	}
@@ -328,17 +341,48 @@ func (s *Store) RecordSLABreaches(ctx context.Context, limit int) (int, error) {
 			Prepare: func(tx *Tx, cur State) (any, error) {
 				return s.prepareBreach(tx, cur, c)
 			},
+			Effect: markBreached(c.ID),
 		})
 		switch {
 		case err == nil:
 			n++
+		case errors.Is(err, errAlreadyBreached):
+			// Recorded before the index column was kept: mark it, so that
+			// it is not found again.
+			if err := s.DB.WithContext(ctx).Exec(`UPDATE sessions SET sla_breached_for = escalated_at WHERE id = ? AND escalated_at = ?`,
+				c.ID, c.EscalatedAt).Error; err != nil {
+				return n, len(due), fmt.Errorf("mark sla breach of %s: %w", c.ID, err)
+			}
 		case errors.Is(err, errSkip), ErrorCode(err) == EILLEGAL:
 			// Recorded by another process, or the escalation ended meanwhile.
 		default:
-			return n, fmt.Errorf("record sla breach of %s: %w", c.ID, err)
+			return n, len(due), fmt.Errorf("record sla breach of %s: %w", c.ID, err)
 		}
 	}
-	return n, nil
+	return n, len(due), nil
+}
+
+// errAlreadyBreached aborts a breach whose event is already written.
+var errAlreadyBreached = fmt.Errorf("breach already recorded: %w", errSkip)
+
+// slaPendingFrom names the sessions table for queries over slaPendingSQL.
+// SQLite, without statistics, would rather walk an inbox index and skip the
+// breached escalations one by one, so it is told which index to use.
+func (s *Store) slaPendingFrom() string {
+	if s.Dialect == SQLite {
+		return "sessions INDEXED BY sessions_sla_pending_idx"
+	}
+	return "sessions"
+}
+
+// markBreached is the effect of a breach event: the escalation leaves
+// sessions_sla_pending_idx, so no later pass looks at it again.
+func markBreached(id string) func(tx *Tx, next State, ev Event) (any, error) {
+	return func(tx *Tx, next State, ev Event) (any, error) {
+		tx.Later(failWith("session %s: mark sla breached", id),
+			`UPDATE sessions SET sla_breached_for = escalated_at WHERE id = ?`, id)
+		return nil, nil
+	}
 }
 
 // prepareBreach decides, under the session lock, whether the escalation seen
@@ -372,7 +416,7 @@ func (s *Store) prepareBreach(tx *Tx, cur State, seen breachCandidate) (any, err
 		return nil, fmt.Errorf("session %s: breaches: %w", cur.SessionID, err)
 	}
 	if recorded[0] > 0 {
-		return nil, errSkip
+		return nil, errAlreadyBreached
 	}
 	return SLABreachPayload{
 		Priority: cur.Priority, SLASeconds: int64(budget / time.Second),

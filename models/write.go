@@ -54,6 +54,11 @@ type Session struct {
 	// the session waits for, and without a route for it the session is
 	// stalled (models/routes.go).
 	NextStep string
+	// SLABreachedFor is the escalated_at of the escalation whose SLA breach
+	// was recorded. It is written by the breach's effect, not by the
+	// projection, and keeps judged escalations out of the maintenance
+	// pass's index (slaPendingSQL).
+	SLABreachedFor NullTime `gorm:"column:sla_breached_for"`
 }
 
 // TableName pins the table name for GORM.
@@ -136,14 +141,15 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 		}
 	}
 	var (
-		notify   []string
-		trace    execTrace
-		parentID string
+		notify    []string
+		trace     execTrace
+		parentID  string
+		committed State
 	)
 	out, err := s.Idempotent(ctx, cmd.Actor, cmd.IdempotencyKey, fp, func(tx *Tx) (Outcome, error) {
 		trace = execTrace{}
 		out, queues, next, err := s.executeTx(tx, cmd, &trace)
-		notify, parentID = queues, ""
+		notify, parentID, committed = queues, "", next
 		if err == nil && next.ParentID != "" && next.Status.Terminal() {
 			parentID = next.ParentID
 		}
@@ -162,6 +168,7 @@ func (s *Store) Execute(ctx context.Context, cmd Command) (Outcome, error) {
 	for _, q := range notify {
 		s.announce(q)
 	}
+	s.timersOf(committed, s.now())
 	if s.Observer != nil {
 		for _, c := range trace.events {
 			s.Observer.Committed(c.ev, c.status, c.queue)

@@ -38,8 +38,10 @@ type Config struct {
 	// reverse proxy in a private network. Leave off when clients connect
 	// directly, or they could forge both.
 	TrustProxy bool
-	// MaintainEvery is the period of the maintenance pass (lease rescue,
-	// timers); default 500ms, with jitter so replicas spread out.
+	// MaintainEvery is the longest the maintenance loop (lease rescue,
+	// timers) sleeps: it runs a pass when its earliest timer is due or a
+	// write here creates an earlier one, and otherwise after this long, to
+	// find timers other replicas created; default 30s.
 	MaintainEvery time.Duration
 	// LeaseWaitMax is the longest a lease long poll may wait; the write
 	// timeout leaves room for it. Default models.MaxWaitSeconds.
@@ -85,7 +87,7 @@ type Config struct {
 const (
 	DefaultAddr            = "127.0.0.1:8080"
 	DefaultBodyLimit       = 1 << 20
-	DefaultMaintainEvery   = 500 * time.Millisecond
+	DefaultMaintainEvery   = models.DefaultMaintainMaxSleep
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultLoginWindow     = models.DefaultLoginWindow
 	DefaultLoginIdle       = models.DefaultLoginIdleTimeout
@@ -341,46 +343,34 @@ func openURL(addr net.Addr) string {
 	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
-// maintainLoop runs s.Maintain every period (±20% jitter, so that replicas
-// do not all hit the database at the same instant) until ctx is done.
-// Failures are logged and retried on the next tick: a database blip must not
-// stop lease rescue for good.
-func maintainLoop(ctx context.Context, s *models.Store, every time.Duration, log *slog.Logger) {
+// maintainLoop runs the maintenance loop (models.Store.RunMaintenance)
+// until ctx is done, logging what passes did. Failures are retried: a
+// database blip must not stop lease rescue for good.
+func maintainLoop(ctx context.Context, s *models.Store, maxSleep time.Duration, log *slog.Logger) {
 	var (
 		failing    bool
 		lastLogged time.Time
 	)
-	t := time.NewTimer(jitter(every))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		rep, err := s.Maintain(passCtx)
-		cancel()
+	s.RunMaintenance(ctx, jitter(maxSleep), func(rep models.MaintenanceReport, err error) {
 		switch {
-		case err != nil && ctx.Err() == nil:
+		case err != nil:
 			// While the database is down, one line per half minute is enough.
 			if !failing || time.Since(lastLogged) > 30*time.Second {
 				log.Error("maintenance pass failed", "err", err)
 				lastLogged = time.Now()
 			}
 			failing = true
-		case err == nil:
+		default:
 			if failing {
 				log.Info("maintenance recovered")
 			}
 			failing = false
 			if rep != (models.MaintenanceReport{}) {
 				log.Info("maintenance", "rescued_leases", rep.Rescued, "joins", rep.Joined,
-					"snoozes_ended", rep.Resumed, "sla_breaches", rep.SLABreaches)
+					"snoozes_ended", rep.Resumed, "sla_breaches", rep.SLABreaches, "review_items", rep.ReviewItems)
 			}
 		}
-		t.Reset(jitter(every))
-	}
+	})
 }
 
 // checkpointLoop is the maintenance pass's checkpoint part, in a loop of its

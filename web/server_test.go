@@ -321,7 +321,7 @@ func TestStaticAssets(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	c := Config{}.withDefaults()
-	if c.BodyLimit != 1<<20 || c.MaintainEvery != 500*time.Millisecond || c.Addr == "" || c.Logger == nil ||
+	if c.BodyLimit != 1<<20 || c.MaintainEvery != models.DefaultMaintainMaxSleep || c.Addr == "" || c.Logger == nil ||
 		c.LoginFailuresPerAccount != 5 || c.LoginWindow != 15*time.Minute || c.LeaseWaitMax != models.MaxWaitSeconds*time.Second {
 		t.Fatalf("defaults %+v", c)
 	}

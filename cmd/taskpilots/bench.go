@@ -60,7 +60,7 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	fs.BoolVar(&o.json, "json", false, "end the output with one line of JSON")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.BoolVar(&o.idemKeys, "idempotency-keys", true, "send an idempotency key with every write (the SDK always does)")
-	fs.IntVar(&o.maxConns, "max-conns", 0, "database pool size (default: max(20, 2×workers))")
+	fs.IntVar(&o.maxConns, "max-conns", 0, "database pool size (default: max(20, 2×workers), lowered to what the server's max_connections allows)")
 	fs.IntVar(&o.wait, "wait", 5, "long-poll seconds of each lease")
 	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
 	feedBenchFlags(fs, &o.feed)
@@ -86,9 +86,6 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 		return o, usageErr("--duration must be positive")
 	case o.wait < 0 || o.wait > models.MaxWaitSeconds:
 		return o, usageErr("--wait must be between 0 and %d", models.MaxWaitSeconds)
-	}
-	if o.maxConns <= 0 {
-		o.maxConns = max(20, 2*o.workers)
 	}
 	return o, nil
 }
@@ -259,7 +256,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	// The bench's own log stays quiet: the store and server would log
 	// every request otherwise.
 	quiet := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: quiet, MaxOpenConns: o.maxConns})
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: quiet, MaxOpenConns: o.maxConns, WantConns: max(20, 2*o.workers)})
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ const DefaultAddr = web.DefaultAddr
 type serveOpts struct {
 	databaseURL string
 	dbMaxConns  int
+	replicas    int
 	demo        bool
 	// leaseRecheck becomes the store's LeaseRecheck.
 	leaseRecheck time.Duration
@@ -49,8 +50,11 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.StringVar(&o.databaseURL, "database-url", d.String("TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
 		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
 	redactDefault(fs, "database-url")
-	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 20),
-		"PostgreSQL connection pool size of this process (env TASKPILOTS_DB_MAX_CONNS)")
+	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 0),
+		"PostgreSQL connection pool size of this process; 0: 20, or less to fit the server's max_connections "+
+			"shared by --replicas processes; a size that cannot fit is refused at start (env TASKPILOTS_DB_MAX_CONNS)")
+	fs.IntVar(&o.replicas, "replicas", d.Int("TASKPILOTS_REPLICAS", 1),
+		"how many server processes share the PostgreSQL database, for sizing each one's pool (env TASKPILOTS_REPLICAS)")
 	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),
 		"seed demo sessions and demo users into a new embedded SQLite database; never on PostgreSQL (env TASKPILOTS_DEMO)")
 	fs.StringVar(&o.web.Addr, "addr", d.String("TASKPILOTS_ADDR", web.DefaultAddr),
@@ -63,7 +67,8 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.BoolVar(&o.web.TrustProxy, "trust-proxy", d.Bool("TASKPILOTS_TRUST_PROXY", false),
 		"honour X-Forwarded-For/-Proto from a reverse proxy; only behind one (env TASKPILOTS_TRUST_PROXY)")
 	fs.DurationVar(&o.web.MaintainEvery, "maintain-every", d.Duration("TASKPILOTS_MAINTAIN_EVERY", web.DefaultMaintainEvery),
-		"period of the maintenance pass that rescues expired leases and fires timers (env TASKPILOTS_MAINTAIN_EVERY)")
+		"longest sleep of the maintenance loop, which otherwise wakes when a lease expires or a timer is due; "+
+			"bounds how late a timer created by another replica is found if that replica stops (env TASKPILOTS_MAINTAIN_EVERY)")
 	fs.DurationVar(&o.web.LeaseWaitMax, "lease-wait-max", d.Duration("TASKPILOTS_LEASE_WAIT_MAX", models.MaxWaitSeconds*time.Second),
 		"longest a lease long poll may wait (env TASKPILOTS_LEASE_WAIT_MAX)")
 	fs.DurationVar(&o.leaseRecheck, "lease-recheck", d.Duration("TASKPILOTS_LEASE_RECHECK", models.DefaultLeaseRecheck),
@@ -110,8 +115,11 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 		return o, err
 	}
 	v := &models.ValidationError{}
-	if o.dbMaxConns < 1 {
-		v.Add("db-max-conns", "must be at least 1")
+	if o.dbMaxConns < 0 {
+		v.Add("db-max-conns", "must be 0 (derived) or more")
+	}
+	if o.replicas < 1 {
+		v.Add("replicas", "must be at least 1")
 	}
 	if o.web.BodyLimit < 1 {
 		v.Add("body-limit", "must be at least 1 byte")
@@ -156,7 +164,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns})
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas})
 	if err != nil {
 		return err
 	}
