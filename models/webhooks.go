@@ -470,15 +470,6 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, actor, idemKey, id stri
 	return r.Secret, r.Until, nil
 }
 
-// forUpdate locks the rows a query reads on PostgreSQL (SQLite serialises
-// writers anyway).
-func forUpdate(tx *gorm.DB, d Dialect) *gorm.DB {
-	if d == Postgres {
-		return tx.Clauses(clause.Locking{Strength: "UPDATE"})
-	}
-	return tx
-}
-
 // Delivery is one event for one webhook and where its delivery stands.
 type Delivery struct {
 	WebhookID      string         `json:"-"`
