@@ -79,10 +79,11 @@ type WebhookEvent struct {
 }
 
 // CreateWebhook registers a webhook. Keep the returned secret: it is not
-// shown again.
-func (c *Client) CreateWebhook(ctx context.Context, in WebhookInput) (WebhookCreated, error) {
+// shown again, except to a repeat with the same WithIdempotencyKey (which
+// registers nothing more).
+func (c *Client) CreateWebhook(ctx context.Context, in WebhookInput, opts ...CallOption) (WebhookCreated, error) {
 	var out WebhookCreated
-	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/webhooks", body: in, out: &out}, nil)
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/webhooks", body: in, out: &out}, opts)
 	return out, err
 }
 
@@ -96,8 +97,8 @@ func (c *Client) Webhooks(ctx context.Context) ([]Webhook, error) {
 }
 
 // DeleteWebhook removes a webhook; its pending deliveries are dropped.
-func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
-	return c.do(ctx, request{method: http.MethodDelete, path: "/api/v1/webhooks/" + esc(id)}, nil)
+func (c *Client) DeleteWebhook(ctx context.Context, id string, opts ...CallOption) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/api/v1/webhooks/" + esc(id)}, opts)
 }
 
 // WebhookDeliveries returns a webhook's delivery log, newest event first
@@ -114,16 +115,17 @@ func (c *Client) WebhookDeliveries(ctx context.Context, id string, limit int) ([
 	return out.Deliveries, err
 }
 
-// RotateWebhookSecret gives a webhook a new secret.
-func (c *Client) RotateWebhookSecret(ctx context.Context, id string) (SecretRotated, error) {
+// RotateWebhookSecret gives a webhook a new secret. A repeat with the same
+// WithIdempotencyKey answers the same secret and rotates nothing.
+func (c *Client) RotateWebhookSecret(ctx context.Context, id string, opts ...CallOption) (SecretRotated, error) {
 	var out SecretRotated
-	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/webhooks/" + esc(id) + "/rotate-secret", body: struct{}{}, out: &out}, nil)
+	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/webhooks/" + esc(id) + "/rotate-secret", body: struct{}{}, out: &out}, opts)
 	return out, err
 }
 
 // RedeliverWebhook queues an event's delivery to a webhook again.
-func (c *Client) RedeliverWebhook(ctx context.Context, id, eventID string) error {
-	return c.do(ctx, request{method: http.MethodPost, path: "/api/v1/webhooks/" + esc(id) + "/deliveries/" + esc(eventID) + "/redeliver", body: struct{}{}}, nil)
+func (c *Client) RedeliverWebhook(ctx context.Context, id, eventID string, opts ...CallOption) error {
+	return c.do(ctx, request{method: http.MethodPost, path: "/api/v1/webhooks/" + esc(id) + "/deliveries/" + esc(eventID) + "/redeliver", body: struct{}{}}, opts)
 }
 
 // WebhookTolerance is how far webhook-timestamp may be from the receiver's

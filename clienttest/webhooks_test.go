@@ -66,9 +66,15 @@ func TestWebhooksClient(t *testing.T) {
 		if _, err := ts.controller.CreateWebhook(ctx, client.WebhookInput{URL: recv.URL}); err == nil {
 			t.Fatal("a controller registered a webhook")
 		}
-		created, err := admin.CreateWebhook(ctx, client.WebhookInput{URL: recv.URL, Types: []string{"session.created"}, Description: "test"})
+		in := client.WebhookInput{URL: recv.URL, Types: []string{"session.created"}, Description: "test"}
+		created, err := admin.CreateWebhook(ctx, in, client.WithIdempotencyKey("hook-1"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		// A repeat with the key replays the first answer, secret included,
+		// and registers nothing more (the listing below has one webhook).
+		if again, err := admin.CreateWebhook(ctx, in, client.WithIdempotencyKey("hook-1")); err != nil || again != created {
+			t.Fatalf("repeated create = %+v, %v; first %+v", again, err, created)
 		}
 		mu.Lock()
 		secret = created.Secret
@@ -97,9 +103,12 @@ func TestWebhooksClient(t *testing.T) {
 
 		// Rotation: the receiver switches to the new secret at once; the
 		// old signature rides along during the grace.
-		rot, err := admin.RotateWebhookSecret(ctx, created.ID)
+		rot, err := admin.RotateWebhookSecret(ctx, created.ID, client.WithIdempotencyKey("rot-1"))
 		if err != nil || rot.Secret == created.Secret || time.Until(rot.OldSecretSignsUntil) < 23*time.Hour {
 			t.Fatalf("rotate = %+v, %v", rot, err)
+		}
+		if again, err := admin.RotateWebhookSecret(ctx, created.ID, client.WithIdempotencyKey("rot-1")); err != nil || again.Secret != rot.Secret {
+			t.Fatalf("repeated rotate = %+v, %v; first %+v", again, err, rot)
 		}
 		mu.Lock()
 		secret = rot.Secret

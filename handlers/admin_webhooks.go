@@ -37,7 +37,7 @@ func AdminCreateWebhook(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		form := map[string]string{"url": c.FormValue("url"), "types": c.FormValue("types"), "description": c.FormValue("description")}
 		in := models.WebhookInput{URL: form["url"], Types: splitTypes(form["types"]), Description: form["description"]}
-		w, secret, err := s.CreateWebhook(c.Request().Context(), CurrentUser(c).Actor(), in)
+		w, secret, err := s.CreateWebhook(c.Request().Context(), CurrentUser(c).Actor(), "", in)
 		if errs, ok := fieldErrors(err); ok {
 			// The API names types[i]; the form has one types field.
 			for k, msg := range errs {
@@ -84,7 +84,7 @@ func renderWebhook(c echo.Context, s *models.Store, id string, secret *views.Sec
 // AdminDeleteWebhook serves POST /console/admin/webhooks/:id/delete.
 func AdminDeleteWebhook(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := s.DeleteWebhook(c.Request().Context(), CurrentUser(c).Actor(), c.Param("id")); err != nil {
+		if err := s.DeleteWebhook(c.Request().Context(), CurrentUser(c).Actor(), "", c.Param("id")); err != nil {
 			return err
 		}
 		if err := AddFlash(c, views.Banner{Kind: "success", Text: "Deleted the webhook: nothing more is sent to it."}); err != nil {
@@ -99,7 +99,7 @@ func AdminDeleteWebhook(s *models.Store) echo.HandlerFunc {
 func AdminRotateWebhook(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := c.Param("id")
-		secret, _, err := s.RotateWebhookSecret(c.Request().Context(), CurrentUser(c).Actor(), id)
+		secret, _, err := s.RotateWebhookSecret(c.Request().Context(), CurrentUser(c).Actor(), "", id)
 		if err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func AdminRotateWebhook(s *models.Store) echo.HandlerFunc {
 func AdminRedeliverWebhook(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id, ev := c.Param("id"), c.Param("event_id")
-		if err := s.RedeliverWebhook(c.Request().Context(), CurrentUser(c).Actor(), id, ev); err != nil {
+		if err := s.RedeliverWebhook(c.Request().Context(), CurrentUser(c).Actor(), "", id, ev); err != nil {
 			return err
 		}
 		if err := AddFlash(c, views.Banner{Kind: "success", Text: "Queued " + ev + " for delivery again."}); err != nil {

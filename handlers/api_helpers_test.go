@@ -207,7 +207,7 @@ func apiSnapshot(t *testing.T, s *models.Store) string {
 	var b strings.Builder
 	for _, q := range []struct{ table, order string }{
 		{"sessions", "id"}, {"events", "session_id, seq"}, {"delegations", "id"}, {"idempotency_keys", "scope, key"},
-		{"routes", "step"}, {"admin_audit", "id"},
+		{"routes", "step"}, {"admin_audit", "id"}, {"webhooks", "id"}, {"webhook_deliveries", "webhook_id, event_id"},
 	} {
 		var rows []map[string]any
 		if err := s.DB.Table(q.table).Order(q.order).Find(&rows).Error; err != nil {

@@ -10,7 +10,8 @@ import (
 
 // Webhooks (API.md "Webhooks"): admin tokens only.
 
-// webhookCreated is the answer to POST /webhooks; the secret is shown once.
+// webhookCreated is the answer to POST /webhooks; the secret is shown once,
+// and again to a repeat with the same Idempotency-Key (the same caller).
 type webhookCreated struct {
 	ID     string `json:"id"`
 	Secret string `json:"secret"`
@@ -36,10 +37,11 @@ type deliveryList struct {
 // createWebhook serves POST /webhooks.
 func (a *API) createWebhook(c echo.Context) error {
 	var in models.WebhookInput
-	if _, err := bind(c, &in, func() error { return in.Validate() }); err != nil {
+	key, err := bind(c, &in, func() error { return in.Validate() })
+	if err != nil {
 		return err
 	}
-	w, secret, err := a.Store.CreateWebhook(c.Request().Context(), actor(c), in)
+	w, secret, err := a.Store.CreateWebhook(c.Request().Context(), actor(c), key, in)
 	if err != nil {
 		return err
 	}
@@ -56,9 +58,14 @@ func (a *API) listWebhooks(c echo.Context) error {
 	return c.JSON(http.StatusOK, webhookList{Webhooks: ws})
 }
 
-// deleteWebhook serves DELETE /webhooks/{id}.
+// deleteWebhook serves DELETE /webhooks/{id}. With an Idempotency-Key a
+// repeat answers 204 again.
 func (a *API) deleteWebhook(c echo.Context) error {
-	if err := a.Store.DeleteWebhook(c.Request().Context(), actor(c), c.Param("id")); err != nil {
+	key, problem := idempotencyKey(c)
+	if problem != "" {
+		return &models.ValidationError{Fields: []models.FieldError{{Field: idempotencyHeader, Message: problem}}}
+	}
+	if err := a.Store.DeleteWebhook(c.Request().Context(), actor(c), key, c.Param("id")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -71,11 +78,12 @@ type noFields struct{}
 // rotateWebhookSecret serves POST /webhooks/{id}/rotate-secret.
 func (a *API) rotateWebhookSecret(c echo.Context) error {
 	var in noFields
-	if _, err := bind(c, &in, nil); err != nil {
+	key, err := bind(c, &in, nil)
+	if err != nil {
 		return err
 	}
 	id := c.Param("id")
-	secret, until, err := a.Store.RotateWebhookSecret(c.Request().Context(), actor(c), id)
+	secret, until, err := a.Store.RotateWebhookSecret(c.Request().Context(), actor(c), key, id)
 	if err != nil {
 		return err
 	}
@@ -99,10 +107,11 @@ func (a *API) listDeliveries(c echo.Context) error {
 // redeliver serves POST /webhooks/{id}/deliveries/{event_id}/redeliver.
 func (a *API) redeliver(c echo.Context) error {
 	var in noFields
-	if _, err := bind(c, &in, nil); err != nil {
+	key, err := bind(c, &in, nil)
+	if err != nil {
 		return err
 	}
-	if err := a.Store.RedeliverWebhook(c.Request().Context(), actor(c), c.Param("id"), c.Param("event_id")); err != nil {
+	if err := a.Store.RedeliverWebhook(c.Request().Context(), actor(c), key, c.Param("id"), c.Param("event_id")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusAccepted)

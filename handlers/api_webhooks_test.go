@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"bytes"
 	"encoding/base64"
 	"net/http"
 	"strings"
@@ -103,5 +104,76 @@ func TestWebhooksAPI(t *testing.T) {
 		wantStatus(t, e.do(apiReq{method: http.MethodDelete, path: "/webhooks/" + created.ID, token: e.admin}), http.StatusNoContent)
 		wantProblem(t, e.do(apiReq{method: http.MethodDelete, path: "/webhooks/" + created.ID, token: e.admin}), http.StatusNotFound)
 		wantProblem(t, e.get(e.admin, "/webhooks/"+created.ID+"/deliveries"), http.StatusNotFound)
+	})
+}
+
+// TestWebhooksAPIIdempotent: the four webhook writes take an
+// Idempotency-Key like every other write. A repeat with the same key and
+// body replays the first answer (the create's secret included: the key is
+// the caller's own) and writes nothing; the key with another body is the
+// 422 every write gives, and writes nothing either.
+func TestWebhooksAPIIdempotent(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		e := newAPIEnv(t, s)
+		body := map[string]any{"url": "https://receiver.test/hooks", "types": []string{"session.escalated"}}
+		first := wantStatus(t, e.post(e.admin, "/webhooks", body, "Idempotency-Key", "wh-1"), http.StatusCreated)
+		var created struct{ ID, Secret string }
+		first.Decode(t, &created)
+		noWrites(t, s, func() {
+			again := wantStatus(t, e.post(e.admin, "/webhooks", body, "Idempotency-Key", "wh-1"), http.StatusCreated)
+			if !bytes.Equal(again.Body, first.Body) {
+				t.Fatalf("repeat %s, first %s", again.Body, first.Body)
+			}
+			p := wantProblem(t, e.post(e.admin, "/webhooks", map[string]any{"url": "https://other.test/"}, "Idempotency-Key", "wh-1"), http.StatusUnprocessableEntity)
+			wantFields(t, p, "Idempotency-Key")
+		})
+		if n := countRows(t, s, "webhooks", "1 = 1"); n != 1 {
+			t.Fatalf("%d webhooks after a repeated create, want 1", n)
+		}
+
+		// A delivery to redeliver.
+		id := storetest.Session(t.Context(), t, s, nil)
+		v := int64(1)
+		if _, err := s.Transition(t.Context(), id, models.EventSessionEscalated, "test:controller", "", models.TransitionInput{ExpectedVersion: &v, Reason: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SequenceFeed(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.EnqueueWebhookDeliveries(t.Context(), 100); err != nil {
+			t.Fatal(err)
+		}
+		var evID string
+		if err := s.DB.Table("webhook_deliveries").Where("webhook_id = ?", created.ID).Limit(1).Pluck("event_id", &evID).Error; err != nil || evID == "" {
+			t.Fatalf("no delivery: %v", err)
+		}
+		redeliver := "/webhooks/" + created.ID + "/deliveries/" + evID + "/redeliver"
+		wantStatus(t, e.post(e.admin, redeliver, map[string]any{}, "Idempotency-Key", "re-1"), http.StatusAccepted)
+		noWrites(t, s, func() {
+			wantStatus(t, e.post(e.admin, redeliver, map[string]any{}, "Idempotency-Key", "re-1"), http.StatusAccepted)
+			p := wantProblem(t, e.post(e.admin, "/webhooks/"+created.ID+"/deliveries/evt_other/redeliver", map[string]any{}, "Idempotency-Key", "re-1"), http.StatusUnprocessableEntity)
+			wantFields(t, p, "Idempotency-Key")
+		})
+
+		rot := wantStatus(t, e.post(e.admin, "/webhooks/"+created.ID+"/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusOK)
+		noWrites(t, s, func() {
+			again := wantStatus(t, e.post(e.admin, "/webhooks/"+created.ID+"/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusOK)
+			if !bytes.Equal(again.Body, rot.Body) {
+				t.Fatalf("repeat %s, first %s", again.Body, rot.Body)
+			}
+			wantProblem(t, e.post(e.admin, "/webhooks/whk_other/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusUnprocessableEntity)
+		})
+
+		wantStatus(t, e.del(e.admin, "/webhooks/"+created.ID, "Idempotency-Key", "del-1"), http.StatusNoContent)
+		noWrites(t, s, func() {
+			wantStatus(t, e.del(e.admin, "/webhooks/"+created.ID, "Idempotency-Key", "del-1"), http.StatusNoContent)
+			wantProblem(t, e.del(e.admin, "/webhooks/whk_other", "Idempotency-Key", "del-1"), http.StatusUnprocessableEntity)
+		})
+		wantProblem(t, e.del(e.admin, "/webhooks/"+created.ID), http.StatusNotFound)
+
+		// Each write is audited once: create, redeliver, rotate, delete.
+		if n := countRows(t, s, "admin_audit", "target_kind = ?", "webhook"); n != 4 {
+			t.Fatalf("%d webhook changes audited, want 4", n)
+		}
 	})
 }

@@ -250,8 +250,11 @@ func NewWebhookSecret() string {
 
 // CreateWebhook registers a webhook and returns it with its secret, which is
 // shown once. It receives the events committed from now on: its cursor
-// starts at the feed's current end.
-func (s *Store) CreateWebhook(ctx context.Context, actor string, in WebhookInput) (WebhookView, string, error) {
+// starts at the feed's current end. An idempotency key replays the first
+// answer, secret included: the key is scoped to the caller, so only the
+// caller that created the webhook gets the secret again, and a client that
+// lost the first answer would otherwise hold a webhook it cannot verify.
+func (s *Store) CreateWebhook(ctx context.Context, actor, idemKey string, in WebhookInput) (WebhookView, string, error) {
 	in.URL = strings.TrimSpace(in.URL)
 	in.Description = strings.TrimSpace(in.Description)
 	if err := in.Validate(); err != nil {
@@ -269,27 +272,88 @@ func (s *Store) CreateWebhook(ctx context.Context, actor string, in WebhookInput
 	if err != nil {
 		return WebhookView{}, "", fmt.Errorf("create webhook: %w", err)
 	}
-	w := Webhook{
-		ID: NewID("whk"), URL: in.URL, Types: string(tj), Description: in.Description,
-		Secret: NewWebhookSecret(), CreatedBy: actor, CreatedAt: NewUTCTime(s.now()),
+	fp, err := fingerprintFor(idemKey, "webhook.create", in.URL, types, in.Description)
+	if err != nil {
+		return WebhookView{}, "", fmt.Errorf("create webhook: %w", err)
 	}
-	err = s.Transact(ctx, func(tx *gorm.DB) error {
-		var head *int64
-		if err := tx.Raw(`SELECT max(pos) FROM feed`).Scan(&head).Error; err != nil {
-			return fmt.Errorf("read the feed's end: %w", err)
+	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *Tx) (Outcome, error) {
+		w := Webhook{
+			ID: NewID("whk"), URL: in.URL, Types: string(tj), Description: in.Description,
+			Secret: NewWebhookSecret(), CreatedBy: actor, CreatedAt: NewUTCTime(s.now()),
 		}
-		if head != nil {
-			w.CursorPos = *head
+		head, err := selectTx[int64](tx, `SELECT COALESCE(max(pos), 0) FROM feed`)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("read the feed's end: %w", err)
 		}
-		if err := tx.Create(&w).Error; err != nil {
-			return fmt.Errorf("insert webhook: %w", err)
+		if len(head) == 1 {
+			w.CursorPos = head[0]
 		}
-		return s.recordAdmin(tx, actor, AdminWebhookCreate, "webhook", w.ID, nil, w.view(s.now()))
+		tx.Later(failWith("insert webhook"),
+			`INSERT INTO webhooks (id, url, types, description, secret, cursor_pos, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			w.ID, w.URL, w.Types, w.Description, w.Secret, w.CursorPos, w.CreatedBy, w.CreatedAt)
+		if err := s.adminLater(tx, actor, AdminWebhookCreate, "webhook", w.ID, nil, w.view(s.now())); err != nil {
+			return Outcome{}, err
+		}
+		return dataOutcome(webhookCreated{Webhook: w.view(s.now()), Secret: w.Secret})
 	})
 	if err != nil {
 		return WebhookView{}, "", fmt.Errorf("create webhook: %w", err)
 	}
-	return w.view(s.now()), w.Secret, nil
+	var c webhookCreated
+	if err := out.DecodeData(&c); err != nil {
+		return WebhookView{}, "", fmt.Errorf("create webhook: %w", err)
+	}
+	return c.Webhook, c.Secret, nil
+}
+
+// webhookCreated is what a create records under its idempotency key.
+type webhookCreated struct {
+	Webhook WebhookView `json:"webhook"`
+	Secret  string      `json:"secret"`
+}
+
+// secretRotated is what a rotation records under its idempotency key.
+type secretRotated struct {
+	Secret string  `json:"secret"`
+	Until  UTCTime `json:"until"`
+}
+
+// dataOutcome carries v through Idempotent, which stores what a repeat
+// answers.
+func dataOutcome(v any) (Outcome, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Data: b}, nil
+}
+
+// adminLater queues the admin audit row of a change made in tx.
+func (s *Store) adminLater(tx *Tx, actor, action, kind, id string, before, after any) error {
+	a, err := s.adminAuditRow(actor, action, kind, id, before, after)
+	if err != nil {
+		return err
+	}
+	tx.Later(failWith("admin audit %s", action),
+		`INSERT INTO admin_audit (id, actor, action, target_kind, target_id, before, after, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.Actor, a.Action, a.TargetKind, a.TargetID, a.Before, a.After, a.CreatedAt)
+	return nil
+}
+
+// webhookTx reads and locks a webhook in tx; a missing one is a
+// NotFoundError.
+func (s *Store) webhookTx(tx *Tx, id string) (Webhook, error) {
+	// The columns of Webhook, by name: the table has more (the
+	// dispatcher's lease), which the by-name scan would refuse.
+	ws, err := selectTx[Webhook](tx, `SELECT id, url, types, description, secret, old_secret, old_secret_expires_at,
+	cursor_pos, created_by, created_at FROM webhooks WHERE id = ?`+s.forUpdate(), id)
+	if err != nil {
+		return Webhook{}, fmt.Errorf("get webhook %s: %w", id, err)
+	}
+	if len(ws) == 0 {
+		return Webhook{}, &NotFoundError{Kind: "webhook", ID: id}
+	}
+	return ws[0], nil
 }
 
 // ListWebhooks lists every webhook, oldest first, with its counts of pending
@@ -352,56 +416,58 @@ func (s *Store) webhook(db *gorm.DB, id string) (Webhook, error) {
 }
 
 // DeleteWebhook removes a webhook and its delivery log: nothing more is
-// sent to it, including deliveries that were pending.
-func (s *Store) DeleteWebhook(ctx context.Context, actor, id string) error {
-	return s.Transact(ctx, func(tx *gorm.DB) error {
-		w, err := s.webhook(forUpdate(tx, s.Dialect), id)
+// sent to it, including deliveries that were pending. An idempotency key
+// replays the first answer, so a repeated delete does not turn into a 404.
+func (s *Store) DeleteWebhook(ctx context.Context, actor, idemKey, id string) error {
+	fp, err := fingerprintFor(idemKey, "webhook.delete", id)
+	if err != nil {
+		return err
+	}
+	_, err = s.Idempotent(ctx, actor, idemKey, fp, func(tx *Tx) (Outcome, error) {
+		w, err := s.webhookTx(tx, id)
 		if err != nil {
-			return err
+			return Outcome{}, err
 		}
-		if err := tx.Exec(`DELETE FROM webhook_deliveries WHERE webhook_id = ?`, id).Error; err != nil {
-			return fmt.Errorf("delete deliveries of webhook %s: %w", id, err)
-		}
-		if err := tx.Exec(`DELETE FROM webhooks WHERE id = ?`, id).Error; err != nil {
-			return fmt.Errorf("delete webhook %s: %w", id, err)
-		}
-		return s.recordAdmin(tx, actor, AdminWebhookDelete, "webhook", id, w.view(s.now()), nil)
+		tx.Later(failWith("delete deliveries of webhook %s", id), `DELETE FROM webhook_deliveries WHERE webhook_id = ?`, id)
+		tx.Later(failWith("delete webhook %s", id), `DELETE FROM webhooks WHERE id = ?`, id)
+		return Outcome{}, s.adminLater(tx, actor, AdminWebhookDelete, "webhook", id, w.view(s.now()), nil)
 	})
+	return err
 }
 
-// RotateWebhookSecret gives the webhook a new secret, returned once. For
+// RotateWebhookSecret gives the webhook a new secret, returned once (and
+// again to a repeat with the same idempotency key, like a create). For
 // WebhookRotationGrace the previous secret signs every delivery too (a
 // second signature in webhook-signature), so receivers can switch over
 // without rejecting anything.
-func (s *Store) RotateWebhookSecret(ctx context.Context, actor, id string) (string, UTCTime, error) {
-	secret := NewWebhookSecret()
-	now := s.now()
-	until := NewUTCTime(now.Add(WebhookRotationGrace))
-	err := s.Transact(ctx, func(tx *gorm.DB) error {
-		w, err := s.webhook(forUpdate(tx, s.Dialect), id)
+func (s *Store) RotateWebhookSecret(ctx context.Context, actor, idemKey, id string) (string, UTCTime, error) {
+	fp, err := fingerprintFor(idemKey, "webhook.rotate", id)
+	if err != nil {
+		return "", UTCTime{}, err
+	}
+	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *Tx) (Outcome, error) {
+		secret := NewWebhookSecret()
+		until := NewUTCTime(s.now().Add(WebhookRotationGrace))
+		w, err := s.webhookTx(tx, id)
 		if err != nil {
-			return err
+			return Outcome{}, err
 		}
-		res := tx.Exec(`UPDATE webhooks SET secret = ?, old_secret = ?, old_secret_expires_at = ? WHERE id = ?`,
+		tx.Later(failWith("rotate secret of webhook %s", id),
+			`UPDATE webhooks SET secret = ?, old_secret = ?, old_secret_expires_at = ? WHERE id = ?`,
 			secret, w.Secret, until, id)
-		if res.Error != nil {
-			return fmt.Errorf("rotate secret of webhook %s: %w", id, res.Error)
+		if err := s.adminLater(tx, actor, AdminWebhookRotate, "webhook", id, nil, map[string]any{"old_secret_signs_until": until}); err != nil {
+			return Outcome{}, err
 		}
-		return s.recordAdmin(tx, actor, AdminWebhookRotate, "webhook", id, nil, map[string]any{"old_secret_signs_until": until})
+		return dataOutcome(secretRotated{Secret: secret, Until: until})
 	})
 	if err != nil {
 		return "", UTCTime{}, err
 	}
-	return secret, until, nil
-}
-
-// forUpdate locks the rows a query reads on PostgreSQL (SQLite serialises
-// writers anyway).
-func forUpdate(tx *gorm.DB, d Dialect) *gorm.DB {
-	if d == Postgres {
-		return tx.Clauses(clause.Locking{Strength: "UPDATE"})
+	var r secretRotated
+	if err := out.DecodeData(&r); err != nil {
+		return "", UTCTime{}, fmt.Errorf("rotate secret of webhook %s: %w", id, err)
 	}
-	return tx
+	return r.Secret, r.Until, nil
 }
 
 // Delivery is one event for one webhook and where its delivery stands.
@@ -448,27 +514,31 @@ func (s *Store) ListWebhookDeliveries(ctx context.Context, webhookID string, lim
 
 // RedeliverWebhook queues the delivery of an event to a webhook again, due
 // now, with a fresh GiveUpAfter. A delivery being sent right now is left
-// alone (it is already on its way).
-func (s *Store) RedeliverWebhook(ctx context.Context, actor, webhookID, eventID string) error {
-	now := NewUTCTime(s.now())
-	return s.Transact(ctx, func(tx *gorm.DB) error {
-		var d Delivery
-		err := forUpdate(tx, s.Dialect).Where("webhook_id = ? AND event_id = ?", webhookID, eventID).Take(&d).Error
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return &NotFoundError{Kind: "delivery", ID: webhookID + "/" + eventID}
-		}
+// alone (it is already on its way). An idempotency key replays the first
+// answer: a repeat does not queue the delivery once more.
+func (s *Store) RedeliverWebhook(ctx context.Context, actor, idemKey, webhookID, eventID string) error {
+	fp, err := fingerprintFor(idemKey, "webhook.redeliver", webhookID, eventID)
+	if err != nil {
+		return err
+	}
+	_, err = s.Idempotent(ctx, actor, idemKey, fp, func(tx *Tx) (Outcome, error) {
+		now := NewUTCTime(s.now())
+		st, err := selectTx[string](tx, `SELECT status FROM webhook_deliveries WHERE webhook_id = ? AND event_id = ?`+s.forUpdate(), webhookID, eventID)
 		if err != nil {
-			return fmt.Errorf("redeliver %s to %s: %w", eventID, webhookID, err)
+			return Outcome{}, fmt.Errorf("redeliver %s to %s: %w", eventID, webhookID, err)
 		}
-		if d.Status == DeliverySending {
-			return nil
+		if len(st) == 0 {
+			return Outcome{}, &NotFoundError{Kind: "delivery", ID: webhookID + "/" + eventID}
 		}
-		if err := tx.Exec(`UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, queued_at = ?, updated_at = ?
-WHERE webhook_id = ? AND event_id = ?`, now, now, now, webhookID, eventID).Error; err != nil {
-			return fmt.Errorf("redeliver %s to %s: %w", eventID, webhookID, err)
+		if DeliveryStatus(st[0]) == DeliverySending {
+			return Outcome{}, nil
 		}
-		return s.recordAdmin(tx, actor, AdminWebhookRedeliver, "webhook", webhookID, map[string]any{"event_id": eventID, "status": d.Status}, nil)
+		tx.Later(failWith("redeliver %s to %s", eventID, webhookID),
+			`UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = ?, queued_at = ?, updated_at = ?
+WHERE webhook_id = ? AND event_id = ?`, now, now, now, webhookID, eventID)
+		return Outcome{}, s.adminLater(tx, actor, AdminWebhookRedeliver, "webhook", webhookID, map[string]any{"event_id": eventID, "status": DeliveryStatus(st[0])}, nil)
 	})
+	return err
 }
 
 // EnqueueWebhookDeliveries moves every webhook's cursor over up to limit

@@ -52,7 +52,7 @@ func jobsString(jobs []models.DeliveryJob) string {
 
 func newHook(t *testing.T, s *models.Store, types ...string) models.WebhookView {
 	t.Helper()
-	w, secret, err := s.CreateWebhook(context.Background(), "test:admin", models.WebhookInput{URL: "https://example.test/hook", Types: types})
+	w, secret, err := s.CreateWebhook(context.Background(), "test:admin", "", models.WebhookInput{URL: "https://example.test/hook", Types: types})
 	if err != nil {
 		t.Fatalf("create webhook: %v", err)
 	}
@@ -141,10 +141,10 @@ func TestWebhookEnqueueFollowsTheFeed(t *testing.T) {
 		if _, err := s.ListWebhookDeliveries(ctx, all.ID, 0); models.ErrorCode(err) != models.EINVALID {
 			t.Errorf("limit 0: %v", err)
 		}
-		if err := s.DeleteWebhook(ctx, "test:admin", esc.ID); err != nil {
+		if err := s.DeleteWebhook(ctx, "test:admin", "", esc.ID); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.DeleteWebhook(ctx, "test:admin", esc.ID); models.ErrorCode(err) != models.ENOTFOUND {
+		if err := s.DeleteWebhook(ctx, "test:admin", "", esc.ID); models.ErrorCode(err) != models.ENOTFOUND {
 			t.Errorf("second delete: %v", err)
 		}
 		ws, err := s.ListWebhooks(ctx)
@@ -234,10 +234,10 @@ func TestWebhookClaimKeepsSessionOrder(t *testing.T) {
 			t.Errorf("counts = %+v", ws[0])
 		}
 		// Redeliver the failed one: pending again, due now.
-		if err := s.RedeliverWebhook(ctx, "test:admin", ja.WebhookID, ja.EventID); err != nil {
+		if err := s.RedeliverWebhook(ctx, "test:admin", "", ja.WebhookID, ja.EventID); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RedeliverWebhook(ctx, "test:admin", ja.WebhookID, "evt_missing"); models.ErrorCode(err) != models.ENOTFOUND {
+		if err := s.RedeliverWebhook(ctx, "test:admin", "", ja.WebhookID, "evt_missing"); models.ErrorCode(err) != models.ENOTFOUND {
 			t.Errorf("redeliver unknown: %v", err)
 		}
 		jobs2, _ := s.ClaimWebhookDeliveries(ctx, 10, time.Minute)
@@ -291,11 +291,11 @@ func TestWebhookRotationSignsWithBoth(t *testing.T) {
 		ctx := context.Background()
 		clock := newClock(s)
 		w := newHook(t, s)
-		secret, until, err := s.RotateWebhookSecret(ctx, "test:admin", w.ID)
+		secret, until, err := s.RotateWebhookSecret(ctx, "test:admin", "", w.ID)
 		if err != nil || !strings.HasPrefix(secret, "whsec_") || until.Sub(clock.Now()).Round(time.Millisecond) != models.WebhookRotationGrace {
 			t.Fatalf("rotate = %q, %v, %v", secret, until, err)
 		}
-		if _, _, err := s.RotateWebhookSecret(ctx, "test:admin", "whk_missing"); models.ErrorCode(err) != models.ENOTFOUND {
+		if _, _, err := s.RotateWebhookSecret(ctx, "test:admin", "", "whk_missing"); models.ErrorCode(err) != models.ENOTFOUND {
 			t.Errorf("rotate unknown: %v", err)
 		}
 		storetest.Session(ctx, t, s, nil)
@@ -313,7 +313,7 @@ func TestWebhookRotationSignsWithBoth(t *testing.T) {
 			t.Errorf("the listing does not show the grace")
 		}
 		clock.Advance(models.WebhookRotationGrace + time.Second)
-		if err := s.RedeliverWebhook(ctx, "test:admin", w.ID, jobs[0].EventID); err != nil {
+		if err := s.RedeliverWebhook(ctx, "test:admin", "", w.ID, jobs[0].EventID); err != nil {
 			t.Fatal(err) // a delivery being sent is left alone
 		}
 		clock.Advance(time.Hour) // lease expired

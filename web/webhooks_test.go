@@ -99,7 +99,7 @@ func fastPolicy() models.WebhookPolicy {
 
 func registerHook(t *testing.T, s *models.Store, url string, types ...string) (models.WebhookView, string) {
 	t.Helper()
-	w, secret, err := s.CreateWebhook(context.Background(), "test:admin", models.WebhookInput{URL: url, Types: types})
+	w, secret, err := s.CreateWebhook(context.Background(), "test:admin", "", models.WebhookInput{URL: url, Types: types})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestWebhookSignaturesVerifyIndependently(t *testing.T) {
 		}
 
 		// Rotation: both secrets verify during the grace.
-		newSecret, _, err := s.RotateWebhookSecret(ctx, "test:admin", w.ID)
+		newSecret, _, err := s.RotateWebhookSecret(ctx, "test:admin", "", w.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -133,7 +133,7 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		} else if share > 0 {
 			rep.DeliveryCPUShare = append(rep.DeliveryCPUShare, share)
 		}
-		w, _, err := s.CreateWebhook(ctx, "cli:bench", models.WebhookInput{URL: "http://" + rcv.addr + "/hook", Description: "bench"})
+		w, _, err := s.CreateWebhook(ctx, "cli:bench", "", models.WebhookInput{URL: "http://" + rcv.addr + "/hook", Description: "bench"})
 		if err != nil {
 			return err
 		}
@@ -194,7 +194,7 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 		}
 		rep.DrainS = append(rep.DrainS, round3(time.Since(t0).Seconds()))
 		cpuWith := cpuPer(nWith)
-		if err := s.DeleteWebhook(ctx, "cli:bench", w.ID); err != nil {
+		if err := s.DeleteWebhook(ctx, "cli:bench", "", w.ID); err != nil {
 			return err
 		}
 		rep.WithoutPerSec = append(rep.WithoutPerSec, without)
@@ -263,11 +263,11 @@ func deliveryShare(ctx context.Context, s *models.Store, log *slog.Logger, addr 
 	if !ok {
 		return 0, nil
 	}
-	w, _, err := s.CreateWebhook(ctx, "cli:bench", models.WebhookInput{URL: "http://" + addr + "/hook", Description: "bench: delivery cost"})
+	w, _, err := s.CreateWebhook(ctx, "cli:bench", "", models.WebhookInput{URL: "http://" + addr + "/hook", Description: "bench: delivery cost"})
 	if err != nil {
 		return 0, err
 	}
-	defer s.DeleteWebhook(context.WithoutCancel(ctx), "cli:bench", w.ID)
+	defer s.DeleteWebhook(context.WithoutCancel(ctx), "cli:bench", "", w.ID)
 	// The round's events, from its start.
 	if err := s.DB.WithContext(ctx).Exec(`UPDATE webhooks SET cursor_pos = ? WHERE id = ?`, from, w.ID).Error; err != nil {
 		return 0, err

@@ -127,9 +127,15 @@ class RetryPolicyTest(unittest.TestCase):
     def test_write_without_key_not_retried(self) -> None:
         self.srv.script = [(503, {"title": "unavailable", "status": 503})]  # type: ignore[attr-defined]
         with self.assertRaises(taskpilots.ServerError):
-            self.client.create_webhook("http://example.invalid/hook")
+            self.client.request("POST", "/not-idempotent", body={})
         self.assertEqual(len(self.srv.seen), 1)  # type: ignore[attr-defined]
         self.assertIsNone(self.srv.seen[0][2])  # type: ignore[attr-defined]
+
+    def test_webhook_writes_retried_with_their_key(self) -> None:
+        self.srv.script = [(503, {"title": "unavailable", "status": 503}), (201, {"id": "whk_1", "secret": "whsec_x"})]  # type: ignore[attr-defined]
+        got = self.client.create_webhook("http://example.invalid/hook", idempotency_key="hook-1")
+        self.assertEqual(got["id"], "whk_1")
+        self.assertEqual([k for _, _, k in self.srv.seen], ["hook-1", "hook-1"])  # type: ignore[attr-defined]
 
     def test_retries_give_up(self) -> None:
         self.srv.script = [(503, {"status": 503})] * 10  # type: ignore[attr-defined]

@@ -355,9 +355,9 @@ export class Client {
 
   // ---------------------------------------------------------------- webhooks (admin)
 
-  /** Register a webhook; the secret is in this answer only. Not retried: the operation takes no idempotency key. */
+  /** Register a webhook; the secret is in this answer only (and in the replay of a repeat with the same idempotencyKey). */
   createWebhook(body: WebhookRequest, opts?: CallOptions): Promise<WebhookCreated> {
-    return this.request({ method: "POST", path: "/webhooks", body, opts });
+    return this.request({ method: "POST", path: "/webhooks", body, idempotent: true, opts });
   }
   /** Every webhook. */
   listWebhooks(opts?: CallOptions): Promise<WebhookList> {
@@ -365,11 +365,11 @@ export class Client {
   }
   /** Delete a webhook. */
   async deleteWebhook(id: string, opts?: CallOptions): Promise<void> {
-    await this.request({ method: "DELETE", path: `/webhooks/${seg(id)}`, opts });
+    await this.request({ method: "DELETE", path: `/webhooks/${seg(id)}`, idempotent: true, opts });
   }
   /** Issue a new secret; the old one keeps signing for a grace period. */
   rotateWebhookSecret(id: string, opts?: CallOptions): Promise<SecretRotated> {
-    return this.request({ method: "POST", path: `/webhooks/${seg(id)}/rotate-secret`, body: {}, opts });
+    return this.request({ method: "POST", path: `/webhooks/${seg(id)}/rotate-secret`, body: {}, idempotent: true, opts });
   }
   /** The newest delivery attempts of a webhook. */
   webhookDeliveries(id: string, q: { limit?: number } = {}, opts?: CallOptions): Promise<DeliveryList> {
@@ -377,7 +377,7 @@ export class Client {
   }
   /** Queue one event for delivery again. */
   async redeliverWebhook(id: string, eventId: string, opts?: CallOptions): Promise<void> {
-    await this.request({ method: "POST", path: `/webhooks/${seg(id)}/deliveries/${seg(eventId)}/redeliver`, body: {}, opts });
+    await this.request({ method: "POST", path: `/webhooks/${seg(id)}/deliveries/${seg(eventId)}/redeliver`, body: {}, idempotent: true, opts });
   }
 
   // ---------------------------------------------------------------- meta

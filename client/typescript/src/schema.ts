@@ -505,7 +505,7 @@ export interface paths {
         put?: never;
         /**
          * Register a webhook
-         * @description Registers a receiver of committed events, signed per the Standard Webhooks specification. The secret (whsec_…) is in this answer only. The webhook receives events committed from now on. 422 names url or types[i].
+         * @description Registers a receiver of committed events, signed per the Standard Webhooks specification. The secret (whsec_…) is in this answer only. The webhook receives events committed from now on. 422 names url or types[i]. With an Idempotency-Key a repeat (same caller, same body) replays the first answer, the secret included, and registers nothing.
          *
          *     Roles: admin tokens only.
          */
@@ -528,7 +528,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a webhook and its delivery log
-         * @description Pending deliveries are dropped.
+         * @description Pending deliveries are dropped. With an Idempotency-Key a repeat answers 204 again.
          *
          *     Roles: admin tokens only.
          */
@@ -549,7 +549,7 @@ export interface paths {
         put?: never;
         /**
          * Rotate a webhook's secret
-         * @description Returns the new secret, shown once. Until old_secret_signs_until (24 h) every delivery carries two signatures in webhook-signature, one per secret.
+         * @description Returns the new secret, shown once. Until old_secret_signs_until (24 h) every delivery carries two signatures in webhook-signature, one per secret. With an Idempotency-Key a repeat replays the first answer, the same secret included, and rotates nothing.
          *
          *     Roles: admin tokens only.
          */
@@ -593,7 +593,7 @@ export interface paths {
         put?: never;
         /**
          * Queue a delivery again
-         * @description The delivery becomes pending, due now, and is retried for another 24 h if it fails. A delivery being sent at this moment is left as it is.
+         * @description The delivery becomes pending, due now, and is retried for another 24 h if it fails. A delivery being sent at this moment is left as it is. With an Idempotency-Key a repeat replays the first answer and writes nothing.
          *
          *     Roles: admin tokens only.
          */
@@ -3413,7 +3413,10 @@ export interface operations {
     createWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the write repeatable; scoped to the caller's token. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -3457,7 +3460,10 @@ export interface operations {
     deleteWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the write repeatable; scoped to the caller's token. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description A webhook id (whk_…).
@@ -3479,12 +3485,16 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
         };
     };
     rotateWebhookSecret: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the write repeatable; scoped to the caller's token. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description A webhook id (whk_…).
@@ -3635,7 +3645,10 @@ export interface operations {
     redeliverWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the write repeatable; scoped to the caller's token. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
             path: {
                 /**
                  * @description A webhook id (whk_…).

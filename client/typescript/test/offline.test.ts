@@ -89,8 +89,20 @@ test("retry: a write without idempotency key is not retried", async () => {
   const { srv, url, seen } = await scripted([[503, { status: 503 }]]);
   try {
     const c = new Client({ baseUrl: url, token: "t", backoffMs: 10 });
-    await assert.rejects(c.createWebhook({ url: "http://example.invalid/hook" }), ServerError);
+    await assert.rejects(c.request({ method: "POST", path: "/not-idempotent", body: {} }), ServerError);
     assert.deepEqual(seen, [undefined]);
+  } finally {
+    srv.close();
+  }
+});
+
+test("retry: webhook writes carry a key and are retried with it", async () => {
+  const { srv, url, seen } = await scripted([[503, { status: 503 }], [201, { id: "whk_1", secret: "whsec_x" }]]);
+  try {
+    const c = new Client({ baseUrl: url, token: "t", backoffMs: 10, maxBackoffMs: 50 });
+    const got = await c.createWebhook({ url: "http://example.invalid/hook" }, { idempotencyKey: "hook-1" });
+    assert.equal(got.id, "whk_1");
+    assert.deepEqual(seen, ["hook-1", "hook-1"]);
   } finally {
     srv.close();
   }

@@ -446,33 +446,38 @@ class Client:
 
     # ------------------------------------------------------------------ webhooks (admin)
 
-    def create_webhook(self, url: str, *, types: Optional[List[str]] = None, description: Optional[str] = None) -> JSON:
+    def create_webhook(self, url: str, *, types: Optional[List[str]] = None, description: Optional[str] = None,
+                       idempotency_key: Optional[str] = None) -> JSON:
         """Register a webhook → ``{"id","secret"}`` (the secret is shown once).
 
-        Not retried: the operation takes no idempotency key, so a retry after
-        a lost answer could register it twice.
+        Retried with the call's idempotency key: a repeat with the same key
+        and body replays the first answer, the secret included, and
+        registers nothing more.
         """
-        return self.request("POST", "/webhooks", body=_drop_none(dict(url=url, types=types, description=description)))
+        return self.request("POST", "/webhooks", body=_drop_none(dict(url=url, types=types, description=description)),
+                            idempotent=True, idempotency_key=idempotency_key)
 
     def list_webhooks(self) -> JSON:
         """Every webhook → ``{"webhooks": [...]}``."""
         return self.request("GET", "/webhooks")
 
-    def delete_webhook(self, webhook_id: str) -> None:
+    def delete_webhook(self, webhook_id: str, *, idempotency_key: Optional[str] = None) -> None:
         """Delete a webhook."""
-        self.request("DELETE", f"/webhooks/{_seg(webhook_id)}")
+        self.request("DELETE", f"/webhooks/{_seg(webhook_id)}", idempotent=True, idempotency_key=idempotency_key)
 
-    def rotate_webhook_secret(self, webhook_id: str) -> JSON:
+    def rotate_webhook_secret(self, webhook_id: str, *, idempotency_key: Optional[str] = None) -> JSON:
         """Issue a new secret; the old one keeps signing for a grace period."""
-        return self.request("POST", f"/webhooks/{_seg(webhook_id)}/rotate-secret", body={})
+        return self.request("POST", f"/webhooks/{_seg(webhook_id)}/rotate-secret", body={}, idempotent=True,
+                            idempotency_key=idempotency_key)
 
     def webhook_deliveries(self, webhook_id: str, *, limit: Optional[int] = None) -> JSON:
         """The newest delivery attempts of a webhook → ``{"deliveries": [...]}``."""
         return self.request("GET", f"/webhooks/{_seg(webhook_id)}/deliveries", query={"limit": limit})
 
-    def redeliver_webhook(self, webhook_id: str, event_id: str) -> JSON:
+    def redeliver_webhook(self, webhook_id: str, event_id: str, *, idempotency_key: Optional[str] = None) -> JSON:
         """Queue one event for delivery again."""
-        return self.request("POST", f"/webhooks/{_seg(webhook_id)}/deliveries/{_seg(event_id)}/redeliver", body={})
+        return self.request("POST", f"/webhooks/{_seg(webhook_id)}/deliveries/{_seg(event_id)}/redeliver", body={},
+                            idempotent=True, idempotency_key=idempotency_key)
 
     # ------------------------------------------------------------------ meta
 
