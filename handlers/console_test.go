@@ -252,6 +252,22 @@ func TestConsoleSessionPage(t *testing.T) {
 		}
 
 		doc := getDoc(ana, "/console/sessions/"+id)
+		// The heading is the goal a human recognises; the id is secondary,
+		// and no page that worked shows a request id.
+		row, err := s.GetSession(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := row.Decode()
+		if got := squash(doc.Find("h1")); got != st.Goal || st.Goal == "" {
+			t.Errorf("page heading = %q, want the goal %q", got, st.Goal)
+		}
+		if strings.Contains(squash(doc.Find("h1")), id) {
+			t.Errorf("page heading shows the id: %q", squash(doc.Find("h1")))
+		}
+		if strings.Contains(strings.ToLower(squash(doc.Find("footer"))), "request") {
+			t.Errorf("footer shows a request id: %q", squash(doc.Find("footer")))
+		}
 		// The escalation package comes first, in the order of the spec, then
 		// the packet, the related sessions and the timeline.
 		order := []string{"session-header", "pkg-goal", "pkg-question", "pkg-state", "pkg-evidence", "pkg-risks", "pkg-next",

@@ -35,6 +35,11 @@ func TestErrorsAnswerBrowsersWithHTMLAndClientsWithProblems(t *testing.T) {
 		if doc.Find(`link[rel="stylesheet"]`).Length() != 1 {
 			t.Error("error page without the stylesheet")
 		}
+		// A failure shows its request id (for a support ticket), the one the
+		// response header carries.
+		if got, want := squash(doc.Find(`[data-testid="request-id"]`)), p.Header.Get("X-Request-ID"); want == "" || !strings.Contains(got, want) {
+			t.Errorf("error page request id = %q, header %q", got, want)
+		}
 
 		for _, c := range []struct{ path, accept string }{
 			{"/api/v1/no/such/thing", ""},
