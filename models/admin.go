@@ -602,3 +602,16 @@ func (s *Store) MetricsTrend(ctx context.Context, o MetricsOpts, n int) ([]Produ
 	}
 	return out, nil
 }
+
+// adminLater queues the admin audit row of a change made in tx, so that it
+// commits with the change (routes and webhooks use it).
+func (s *Store) adminLater(tx *Tx, actor, action, kind, id string, before, after any) error {
+	a, err := s.adminAuditRow(actor, action, kind, id, before, after)
+	if err != nil {
+		return err
+	}
+	tx.Later(failWith("admin audit %s", action),
+		`INSERT INTO admin_audit (id, actor, action, target_kind, target_id, before, after, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.Actor, a.Action, a.TargetKind, a.TargetID, a.Before, a.After, a.CreatedAt)
+	return nil
+}

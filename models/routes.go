@@ -108,7 +108,7 @@ func (s *Store) PutRoute(ctx context.Context, actor, idemKey, step string, in Ro
 		}
 		var before any
 		if len(prev) == 1 {
-			before = prev[0]
+			before = prev[0].auditView()
 			r.CreatedBy, r.CreatedAt = prev[0].CreatedBy, prev[0].CreatedAt
 		}
 		tx.Later(failWith("route %q: save", step),
@@ -118,7 +118,7 @@ func (s *Store) PutRoute(ctx context.Context, actor, idemKey, step string, in Ro
 				lease_seconds = excluded.lease_seconds, max_attempts = excluded.max_attempts,
 				updated_by = excluded.updated_by, updated_at = excluded.updated_at`,
 			r.Step, r.Queue, r.Instructions, r.LeaseSeconds, r.MaxAttempts, r.CreatedBy, r.UpdatedBy, r.CreatedAt, r.UpdatedAt)
-		if err := s.auditLater(tx, actor, AdminRoutePut, step, before, r); err != nil {
+		if err := s.adminLater(tx, actor, AdminRoutePut, "route", step, before, r.auditView()); err != nil {
 			return Outcome{}, err
 		}
 		return routeOutcome(r)
@@ -150,7 +150,7 @@ func (s *Store) DeleteRoute(ctx context.Context, actor, idemKey, step string) (R
 		if len(prev) == 0 {
 			return Outcome{}, &NotFoundError{Kind: "route", ID: step}
 		}
-		if err := s.auditLater(tx, actor, AdminRouteDelete, step, prev[0], nil); err != nil {
+		if err := s.adminLater(tx, actor, AdminRouteDelete, "route", step, prev[0].auditView(), nil); err != nil {
 			return Outcome{}, err
 		}
 		return routeOutcome(prev[0])
@@ -173,24 +173,6 @@ func routeOutcome(r Route) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("route %q: %w", r.Step, err)
 	}
 	return Outcome{Data: b}, nil
-}
-
-// auditLater queues the admin audit row of a change made in tx.
-func (s *Store) auditLater(tx *Tx, actor, action, step string, before, after any) error {
-	if r, ok := after.(Route); ok {
-		after = r.auditView()
-	}
-	if r, ok := before.(Route); ok {
-		before = r.auditView()
-	}
-	a, err := s.adminAuditRow(actor, action, "route", step, before, after)
-	if err != nil {
-		return err
-	}
-	tx.Later(failWith("admin audit %s", action),
-		`INSERT INTO admin_audit (id, actor, action, target_kind, target_id, before, after, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		a.ID, a.Actor, a.Action, a.TargetKind, a.TargetID, a.Before, a.After, a.CreatedAt)
-	return nil
 }
 
 // auditView is a route as the admin audit records it: what it routes to.

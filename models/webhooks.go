@@ -328,18 +328,6 @@ func dataOutcome(v any) (Outcome, error) {
 	return Outcome{Data: b}, nil
 }
 
-// adminLater queues the admin audit row of a change made in tx.
-func (s *Store) adminLater(tx *Tx, actor, action, kind, id string, before, after any) error {
-	a, err := s.adminAuditRow(actor, action, kind, id, before, after)
-	if err != nil {
-		return err
-	}
-	tx.Later(failWith("admin audit %s", action),
-		`INSERT INTO admin_audit (id, actor, action, target_kind, target_id, before, after, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		a.ID, a.Actor, a.Action, a.TargetKind, a.TargetID, a.Before, a.After, a.CreatedAt)
-	return nil
-}
-
 // webhookTx reads and locks a webhook in tx; a missing one is a
 // NotFoundError.
 func (s *Store) webhookTx(tx *Tx, id string) (Webhook, error) {
