@@ -113,14 +113,11 @@ func runCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 	if k == nil {
 		return &exitError{code: 1, err: models.ErrCheckpointsOff}
 	}
-	s, err := openStore(ctx, env, *dbURL)
+	s, err := openCurrentStore(ctx, env, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.CheckSchema(ctx); err != nil {
-		return schemaError(err)
-	}
 	c, written, err := s.WriteCheckpoint(ctx, k, "cli")
 	var refused *models.CheckpointRefusedError
 	switch {
@@ -146,14 +143,11 @@ func runCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 
 // showCheckpoint prints a signed note as stored, for a witness to keep.
 func showCheckpoint(ctx context.Context, env *cliEnv, dbURL string, args []string) error {
-	s, err := openStore(ctx, env, dbURL)
+	s, err := openCurrentStore(ctx, env, dbURL)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.CheckSchema(ctx); err != nil {
-		return schemaError(err)
-	}
 	var c models.Checkpoint
 	if len(args) == 1 {
 		seq, perr := strconv.ParseInt(args[0], 10, 64)

@@ -315,3 +315,18 @@ func redactURL(raw string) string {
 func openStore(ctx context.Context, env *cliEnv, url string) (*models.Store, error) {
 	return models.Open(ctx, url, models.OpenOpts{Logger: env.log})
 }
+
+// openCurrentStore opens the database for a command that reads or writes it
+// without migrating: a half-migrated or newer schema would make it report
+// nonsense or write rows the schema does not expect, so it is refused.
+func openCurrentStore(ctx context.Context, env *cliEnv, url string) (*models.Store, error) {
+	s, err := openStore(ctx, env, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CheckSchema(ctx); err != nil {
+		s.Close()
+		return nil, schemaError(err)
+	}
+	return s, nil
+}

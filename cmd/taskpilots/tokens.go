@@ -61,13 +61,9 @@ func tokenStore(ctx context.Context, env *cliEnv, name string, args []string, ex
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := openStore(ctx, env, *dbURL)
+	s, err := openCurrentStore(ctx, env, *dbURL)
 	if err != nil {
 		return nil, nil, err
-	}
-	if err := s.CheckSchema(ctx); err != nil {
-		s.Close()
-		return nil, nil, schemaError(err)
 	}
 	return s, pos, nil
 }

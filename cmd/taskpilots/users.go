@@ -83,14 +83,11 @@ func runUserCreate(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 
-	s, err := openStore(ctx, env, *dbURL)
+	s, err := openCurrentStore(ctx, env, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.CheckSchema(ctx); err != nil {
-		return schemaError(err)
-	}
 	u, _, err := s.AdminCreateUser(ctx, operator(env), in)
 	if err != nil {
 		return err
@@ -119,14 +116,11 @@ func runUserChange(ctx context.Context, env *cliEnv, action string, args []strin
 	if len(pos) != 1 {
 		return usageErr("want exactly one user EMAIL or ID")
 	}
-	s, err := openStore(ctx, env, *dbURL)
+	s, err := openCurrentStore(ctx, env, *dbURL)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := s.CheckSchema(ctx); err != nil {
-		return schemaError(err)
-	}
 	target, err := s.FindUser(ctx, pos[0])
 	if err != nil {
 		return err
