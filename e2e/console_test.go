@@ -38,8 +38,12 @@ func TestAgentClaimsAndCompletes(t *testing.T) {
 		chromedp.WaitVisible(sessionRow(id)+`.is-selected`),
 		chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible(`[data-testid="escalation-package"]`),
-		// c claims.
+		// c claims. The complete form is offered before claiming too (a
+		// decision claims in the same transaction), so wait for the holder
+		// line that only the page after the claim shows; otherwise the form
+		// found could be the old page's, replaced mid-typing.
 		chromedp.KeyEvent("c"),
+		chromedp.WaitVisible(`[data-testid="holder"]`),
 		chromedp.WaitVisible(`[data-testid="action-complete"]`),
 		chromedp.SendKeys(`#complete-resolution`, "Refund approved: paid order, within policy"),
 		chromedp.Click(`[data-testid="action-complete"] button[type="submit"]`),
