@@ -81,7 +81,12 @@ func tuneGC(getenv func(string) string) {
 // run dispatches to a subcommand and returns the exit status.
 func run(ctx context.Context, env *cliEnv, args []string) int {
 	if env.log == nil {
-		env.log = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: logLevel(env.getenv("TASKPILOTS_LOG_LEVEL"))}))
+		l, err := newLogger(env.stderr, env.getenv("TASKPILOTS_LOG_FORMAT"), env.getenv("TASKPILOTS_LOG_LEVEL"))
+		if err != nil {
+			fmt.Fprintf(env.stderr, "taskpilots: %v\n", err)
+			return 2
+		}
+		env.log = l
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(env.stderr)
@@ -131,6 +136,23 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nEvery command takes --database-url (TASKPILOTS_DATABASE_URL); run `taskpilots <command> -h` for its flags.")
+}
+
+// newLogger builds the process logger from TASKPILOTS_LOG_FORMAT ("text",
+// the default, for people; "json", one object per line, for log pipelines
+// such as Loki, Elasticsearch or Cloud Logging that parse fields instead of
+// text) and TASKPILOTS_LOG_LEVEL. An unknown format is an error rather than a
+// silent fallback: a pipeline that expects JSON and gets text drops every line.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: logLevel(level)}
+	switch strings.ToLower(strings.TrimSpace(format)) {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("TASKPILOTS_LOG_FORMAT=%q: want text or json", format)
+	}
 }
 
 func logLevel(s string) slog.Level {

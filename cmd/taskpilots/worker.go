@@ -51,6 +51,8 @@ func workerFlags(env *cliEnv, args []string) (workerOpts, error) {
 	host, _ := os.Hostname()
 	fs.StringVar(&o.url, "url", d.String("TASKPILOTS_URL", "http://"+DefaultAddr), "server base URL (env TASKPILOTS_URL)")
 	fs.StringVar(&o.token, "token", d.String("TASKPILOTS_TOKEN", ""), "worker or admin API token (env TASKPILOTS_TOKEN)")
+	tokenFile := fs.String("token-file", d.String("TASKPILOTS_TOKEN_FILE", ""),
+		"read the token from this file instead, as container secrets are mounted (env TASKPILOTS_TOKEN_FILE)")
 	queues := fs.String("queue", d.String("TASKPILOTS_QUEUES", strings.Join(DemoQueues, ",")), "comma-separated queues to work (env TASKPILOTS_QUEUES)")
 	fs.StringVar(&o.name, "name", d.String("TASKPILOTS_WORKER_NAME", fmt.Sprintf("demo-%s-%d", host, os.Getpid())), "worker name shown in leases and events")
 	fs.IntVar(&o.concurrency, "concurrency", d.Int("TASKPILOTS_CONCURRENCY", 4), "delegations worked at once (at least one per queue)")
@@ -80,9 +82,22 @@ func workerFlags(env *cliEnv, args []string) (workerOpts, error) {
 			o.queues = append(o.queues, q)
 		}
 	}
+	if *tokenFile != "" {
+		if o.token != "" {
+			return o, usageErr("give --token or --token-file, not both")
+		}
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return o, usageErr("--token-file: %v", err)
+		}
+		o.token = strings.TrimSpace(string(b))
+		if o.token == "" {
+			return o, usageErr("--token-file %s is empty", *tokenFile)
+		}
+	}
 	switch {
 	case o.token == "":
-		return o, usageErr("--token (or TASKPILOTS_TOKEN) is required: create one with `taskpilots token create --name demo-worker --role worker`")
+		return o, usageErr("--token (or TASKPILOTS_TOKEN, or --token-file) is required: create one with `taskpilots token create --name demo-worker --role worker`")
 	case len(o.queues) == 0:
 		return o, usageErr("--queue names no queue")
 	case o.concurrency < 1:

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -118,5 +122,44 @@ func TestDemoRulesFollowRoutes(t *testing.T) {
 	}
 	if _, ok := demo.Routes[demo.UnroutedStep]; ok {
 		t.Errorf("the deliberately unrouted step %s has a route", demo.UnroutedStep)
+	}
+}
+
+// TestWorkerTokenFile: the token can come from a file (a mounted container
+// secret), trimmed of its newline; both sources at once, a missing file and an
+// empty file are usage errors.
+func TestWorkerTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "token")
+	if err := os.WriteFile(good, []byte("tp_secret123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := &cliEnv{stderr: io.Discard, getenv: func(string) string { return "" }}
+	o, err := workerFlags(env, []string{"--token-file", good})
+	if err != nil || o.token != "tp_secret123" {
+		t.Fatalf("token file: %q, %v", o.token, err)
+	}
+	envFile := &cliEnv{stderr: io.Discard, getenv: func(k string) string {
+		if k == "TASKPILOTS_TOKEN_FILE" {
+			return good
+		}
+		return ""
+	}}
+	if o, err := workerFlags(envFile, nil); err != nil || o.token != "tp_secret123" {
+		t.Fatalf("TASKPILOTS_TOKEN_FILE: %q, %v", o.token, err)
+	}
+	for name, args := range map[string][]string{
+		"both":    {"--token", "x", "--token-file", good},
+		"missing": {"--token-file", filepath.Join(dir, "nope")},
+		"empty":   {"--token-file", empty},
+	} {
+		var ee *exitError
+		if _, err := workerFlags(env, args); !errors.As(err, &ee) || ee.code != 2 {
+			t.Errorf("%s: %v, want a usage error", name, err)
+		}
 	}
 }
