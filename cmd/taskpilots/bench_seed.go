@@ -107,9 +107,9 @@ func pickKind(r *rand.Rand) seedKind {
 // however the workers interleave: a session may take what is left minus one
 // event for each session still to come.
 type seedBudget struct {
-	mu             sync.Mutex
-	events, left   int64 // events not yet given out; sessions not yet started
-	next           int64
+	mu           sync.Mutex
+	events, left int64 // events not yet given out; sessions not yet started
+	next         int64
 }
 
 // take returns the next session's index and event budget, at least least
