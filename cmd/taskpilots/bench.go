@@ -27,7 +27,7 @@ import (
 
 func init() {
 	commands["bench"] = command{
-		summary: "measure full lifecycles per second through the HTTP API or the Go API",
+		summary: "measure full lifecycles per second through the HTTP API or the Go API; bench seed builds a large database",
 		run:     runBench,
 	}
 }
@@ -246,6 +246,12 @@ type benchSamples struct {
 }
 
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "seed":
+			return runBenchSeed(ctx, env, args[1:])
+		}
+	}
 	o, err := benchFlags(env, args)
 	if err != nil {
 		return err
