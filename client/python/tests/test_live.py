@@ -42,6 +42,8 @@ class LiveTest(unittest.TestCase):
         self.ctl = taskpilots.Client(URL, TOKENS["controller"])
         self.wrk = taskpilots.Client(URL, TOKENS["worker"])
         self.adm = taskpilots.Client(URL, TOKENS["admin"])
+        for c in (self.ctl, self.wrk, self.adm):
+            self.addCleanup(c.close)
         self.queue = uniq("py")
 
     def new_session(self, **kw: Any) -> Dict[str, Any]:
@@ -221,9 +223,12 @@ class LiveTest(unittest.TestCase):
                     "Idempotency-Key": self.headers.get("Idempotency-Key") or ""})
                 with urllib.request.urlopen(req) as resp:
                     status, data = resp.status, resp.read()
+                retry_after = None
                 if len(seen) == 1:
-                    status, data = 503, b'{"title":"Service Unavailable","status":503}'
+                    status, data, retry_after = 503, b'{"title":"Service Unavailable","status":503}', "0"
                 self.send_response(status)
+                if retry_after is not None:
+                    self.send_header("Retry-After", retry_after)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -235,9 +240,9 @@ class LiveTest(unittest.TestCase):
         srv = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         try:
-            c = taskpilots.Client(f"http://127.0.0.1:{srv.server_port}", TOKENS["controller"], backoff=0.05)
             ref = uniq("T-retry")
-            got = c.create_session("retried create", ticket_ref=ref)
+            with taskpilots.Client(f"http://127.0.0.1:{srv.server_port}", TOKENS["controller"], backoff=0.05) as c:
+                got = c.create_session("retried create", ticket_ref=ref)
         finally:
             srv.shutdown()
             srv.server_close()
