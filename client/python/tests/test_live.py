@@ -238,7 +238,7 @@ class LiveTest(unittest.TestCase):
                 pass
 
         srv = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
         try:
             ref = uniq("T-retry")
             with taskpilots.Client(f"http://127.0.0.1:{srv.server_port}", TOKENS["controller"], backoff=0.05) as c:
@@ -267,7 +267,7 @@ class LiveTest(unittest.TestCase):
                 pass
 
         srv = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
         hook = self.adm.create_webhook(f"http://127.0.0.1:{srv.server_port}/hook", types=["session.created"], description="py sdk test")
         try:
             self.assertTrue(hook["secret"].startswith("whsec_"))

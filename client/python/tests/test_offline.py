@@ -161,7 +161,7 @@ class RetryPolicyTest(unittest.TestCase):
         self.srv.lock = threading.Lock()  # type: ignore[attr-defined]
         self.srv.seen: List[Tuple[str, str, str]] = []  # type: ignore[attr-defined]
         self.srv.script = []  # type: ignore[attr-defined]
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        threading.Thread(target=self.srv.serve_forever, args=(0.05,), daemon=True).start()
         self.client = taskpilots.Client(f"http://127.0.0.1:{self.srv.server_port}", "t", backoff=0.01, max_backoff=0.05)
 
     def tearDown(self) -> None:
@@ -232,7 +232,7 @@ class AsyncRetryPolicyTest(unittest.IsolatedAsyncioTestCase):
         self.srv.lock = threading.Lock()  # type: ignore[attr-defined]
         self.srv.seen = []  # type: ignore[attr-defined]
         self.srv.script = []  # type: ignore[attr-defined]
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        threading.Thread(target=self.srv.serve_forever, args=(0.05,), daemon=True).start()
         self.url = f"http://127.0.0.1:{self.srv.server_port}"
 
     def tearDown(self) -> None:
@@ -292,7 +292,7 @@ class RetryAfterTest(unittest.TestCase):
         srv.lock = threading.Lock()  # type: ignore[attr-defined]
         srv.seen = []  # type: ignore[attr-defined]
         srv.script = [(503, {"status": 503})]  # type: ignore[attr-defined]
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
         try:
             with taskpilots.Client(f"http://127.0.0.1:{srv.server_port}", "t", max_retries=0) as c:
                 with self.assertRaises(taskpilots.ServerError) as cm:

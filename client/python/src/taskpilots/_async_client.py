@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, 
 
 import httpx
 
-from ._base import JSON, Prompt, Settings, USER_AGENT, csv, drop_none, seg
+from ._base import JSON, Prompt, Settings, USER_AGENT, csv, default_ssl_context, drop_none, seg
 from .errors import TaskPilotsError, TransportError
 from .models import (
     ChildrenWritten,
@@ -82,7 +82,7 @@ class AsyncClient:
     ) -> None:
         self._s = Settings(base_url, token, timeout, max_retries, backoff, max_backoff, user_agent)
         self._own_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.AsyncClient()
+        self._http = http_client if http_client is not None else httpx.AsyncClient(verify=default_ssl_context())
 
     @property
     def base_url(self) -> str:

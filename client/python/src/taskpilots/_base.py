@@ -8,8 +8,10 @@ Everything here is free of I/O, so :class:`~taskpilots.Client` and
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import random
+import ssl
 import time
 import urllib.parse
 import uuid
@@ -26,6 +28,17 @@ JSON = Dict[str, Any]
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
 
 USER_AGENT = "taskpilots-python/0.2"
+
+
+@functools.lru_cache(maxsize=None)
+def default_ssl_context() -> ssl.SSLContext:
+    """httpx's default TLS context, built once per process.
+
+    Building it reads the CA bundle (about 0.2 s); every client we create
+    shares this one instead (an SSLContext may be shared between connections
+    and threads).
+    """
+    return httpx.create_ssl_context()
 
 
 def new_idempotency_key() -> str:

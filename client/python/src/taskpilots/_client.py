@@ -13,7 +13,7 @@ from typing import Any, Iterator, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import httpx
 
-from ._base import JSON, Prompt, Settings, USER_AGENT, csv, drop_none, seg
+from ._base import JSON, Prompt, Settings, USER_AGENT, csv, default_ssl_context, drop_none, seg
 from .errors import TaskPilotsError, TransportError
 from .models import (
     ChildrenWritten,
@@ -72,7 +72,7 @@ class Client:
     ) -> None:
         self._s = Settings(base_url, token, timeout, max_retries, backoff, max_backoff, user_agent)
         self._own_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.Client()
+        self._http = http_client if http_client is not None else httpx.Client(verify=default_ssl_context())
 
     @property
     def base_url(self) -> str:
