@@ -11,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -31,6 +34,31 @@ def setUpModule() -> None:
         if os.environ.get("TASKPILOTS_SDK_REQUIRE_SERVER") == "1":
             raise RuntimeError("TASKPILOTS_URL and the three TASKPILOTS_*_TOKEN variables are required")
         raise unittest.SkipTest("no server: set TASKPILOTS_URL and TASKPILOTS_{ADMIN,CONTROLLER,WORKER}_TOKEN")
+
+
+# Workers that print "leased" when their handler starts, then take a while.
+SIGTERM_WORKERS = {
+    "Worker": """
+import os, sys, time, taskpilots
+def handle(lease):
+    print("leased", flush=True)
+    time.sleep(1.5)
+    return {"result_type": "completed", "evidence": [{"claim": "finished after SIGTERM"}]}
+with taskpilots.Client(os.environ["TASKPILOTS_URL"], os.environ["TASKPILOTS_WORKER_TOKEN"]) as c:
+    print("handled", taskpilots.Worker(c, queue=sys.argv[1], handler=handle, wait_seconds=5).run(), flush=True)
+""",
+    "AsyncWorker": """
+import asyncio, os, sys, taskpilots
+async def handle(lease):
+    print("leased", flush=True)
+    await asyncio.sleep(1.5)
+    return {"result_type": "completed", "evidence": [{"claim": "finished after SIGTERM"}]}
+async def main():
+    async with taskpilots.AsyncClient(os.environ["TASKPILOTS_URL"], os.environ["TASKPILOTS_WORKER_TOKEN"]) as c:
+        print("handled", await taskpilots.AsyncWorker(c, queue=sys.argv[1], handler=handle, wait_seconds=5).run(), flush=True)
+asyncio.run(main())
+""",
+}
 
 
 def uniq(prefix: str) -> str:
@@ -99,6 +127,30 @@ class LiveTest(unittest.TestCase):
             "result_type": "completed", "output": {"refunded": "voucher"}, "evidence": [{"claim": "voucher issued"}]})
         self.assertGreater(res["state_version"], ans["state_version"])
         self.assertNotEqual(d2["delegation_id"], lease["delegation_id"])
+
+    def test_sigterm_finishes_the_current_lease(self) -> None:
+        # A worker process gets SIGTERM while its handler runs: the handler
+        # finishes, its result is sent, and run() returns (exit 0).
+        for kind, script in SIGTERM_WORKERS.items():
+            with self.subTest(kind):
+                s = self.new_session()
+                queue = uniq("py-term")
+                self.ctl.delegate(s["session_id"], queue=queue, step="finish-me", expected_version=s["state_version"])
+                p = subprocess.Popen([sys.executable, "-c", script, queue], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+                try:
+                    assert p.stdout is not None
+                    self.assertEqual(p.stdout.readline().strip(), "leased")
+                    p.send_signal(signal.SIGTERM)
+                    out, _ = p.communicate(timeout=60)
+                finally:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                self.assertEqual(p.returncode, 0, out)
+                self.assertIn("handled 1", out)
+                got = self.ctl.get_session(s["session_id"])
+                self.assertIn("finish-me", json.dumps(got["state"]["completed_steps"]), out)
 
     def test_stale_write_is_conflict_with_current_version(self) -> None:
         s = self.new_session()
