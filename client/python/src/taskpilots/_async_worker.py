@@ -141,14 +141,14 @@ class AsyncWorker:
             return self._report(Outcome(lease, result, None, LeaseLost(f"lease of {lease.delegation_id} lost")))
         complete_result(result, lease)
         try:
-            answer = await self.client.submit_result(lease.delegation_id, result)  # type: ignore[arg-type]
+            answer = await self.client.submit_result(lease.delegation_id, result)
         except ConflictError as e:
             log.warning("result refused: the lease expired or was superseded: %s", e)
             return self._report(Outcome(lease, result, None, e))
         except TaskPilotsError as e:
             log.error("result not sent: %s", e)
             return self._report(Outcome(lease, result, None, e))
-        return self._report(Outcome(lease, result, dict(answer), None))
+        return self._report(Outcome(lease, result, answer, None))
 
     def _report(self, o: Outcome) -> Outcome:
         self.outcomes.append(o)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ._client import Client
 from .errors import ConflictError, NotFoundError, TaskPilotsError
+from .models import SessionWritten
 
 __all__ = ["Worker", "Lease", "Outcome", "LeaseLost", "PermanentFailure", "BadInputFailure"]
 
@@ -78,7 +79,7 @@ class Outcome:
 
     lease: Lease
     result: Optional[Dict[str, Any]]
-    answer: Optional[Dict[str, Any]]
+    answer: Optional[SessionWritten]
     error: Optional[BaseException]
 
 
