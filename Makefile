@@ -73,7 +73,7 @@ test-go:
 	$(GO) test -race -short -count=1 $(RACE_PKGS)
 	cd $(CLIENT_DIR) && $(GO) test -race -short -count=1 ./...
 
-test-race: npm-deps py-deps ## only the -race run
+test-race: npm-deps ## only the -race run
 	scripts/test-postgres.sh $(GO) test -race -count=1 $(RACE_PKGS)
 	cd $(CLIENT_DIR) && $(GO) test -race -count=1 ./...
 

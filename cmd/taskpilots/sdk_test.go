@@ -14,19 +14,19 @@ import (
 	"github.com/taskpilots/handoff/models/storetest"
 )
 
-// TestSDKs runs the Python (client/python, sync and async) and TypeScript
-// (client/typescript) client suites against the real binary serving a fresh
-// PostgreSQL schema,
-// with an admin, a controller and a worker token made by `taskpilots token
-// create`. The suites cover a full lifecycle, typed 409/422 errors, fencing,
-// heartbeats, keyed retries, paging, the feed and a real webhook delivery;
-// this test fails when either fails. It lives in cmd/ so that it runs once
-// per CI run, not again in the -race run.
+// TestSDKs runs the Python (client/python: sync and async, in the venv that
+// `make py-deps` makes) and TypeScript (client/typescript) client suites
+// against the real binary serving a fresh PostgreSQL schema, with an admin, a
+// controller and a worker token made by `taskpilots token create`. The suites
+// cover a full lifecycle, typed 409/422 errors, fencing, heartbeats, keyed
+// retries, paging, the feed, SIGTERM during a handler and a real webhook
+// delivery; this test fails when either fails. It lives in cmd/ so that it
+// runs once per CI run, not again in the -race run.
 func TestSDKs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SDK suites: skipped in -short mode")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a bound for a stuck child, not a speed check
 	defer cancel()
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatalf("node is required for the SDK tests: %v", err)
