@@ -26,7 +26,7 @@ CLIENT_DIR := client
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: help build run test test-go test-race generate check bench fuzz pg pg-stop clean npm-deps
+.PHONY: help build run test test-go test-race generate check bench fuzz pg pg-stop clean npm-deps py-deps
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -37,17 +37,17 @@ build: ## build bin/taskpilots
 run: ## start the console with demo data on ./data/taskpilots.db
 	$(GO) run ./cmd/taskpilots serve
 
-test: npm-deps ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_PKGS)
+test: npm-deps py-deps ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_PKGS)
 	scripts/test-postgres.sh $(MAKE) --no-print-directory test-go
 
 # The webhook tests check our signatures with an independent implementation,
 # the standardwebhooks npm package, pinned in $(WEBHOOKS_VERIFY)'s
 # package-lock.json; npm ci runs again only when the lock file changes.
 WEBHOOKS_VERIFY := web/testdata/webhooks-verify
-# The TypeScript client (client/typescript) builds with tsc and regenerates
-# its types with openapi-typescript, both pinned in its package-lock.json;
-# cmd/taskpilots/sdk_test.go runs its suite (and the Python client's, which
-# needs only python3) against a real server.
+# The TypeScript client (client/typescript) builds with tsc, regenerates its
+# types with openapi-typescript and sends with openapi-fetch, all pinned in
+# its package-lock.json; cmd/taskpilots/sdk_test.go runs its suite (and the
+# Python client's, in $(PY_VENV)) against a real server.
 TS_CLIENT := client/typescript
 npm-deps: $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json $(TS_CLIENT)/node_modules/.package-lock.json ## install the npm packages (webhook verifier, TypeScript client tooling)
 $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json: $(WEBHOOKS_VERIFY)/package-lock.json
@@ -56,6 +56,15 @@ $(WEBHOOKS_VERIFY)/node_modules/.package-lock.json: $(WEBHOOKS_VERIFY)/package-l
 $(TS_CLIENT)/node_modules/.package-lock.json: $(TS_CLIENT)/package-lock.json
 	@command -v npm >/dev/null || { echo "npm (Node.js) is required: the TypeScript client is built and tested with npm packages" >&2; exit 1; }
 	cd $(TS_CLIENT) && npm ci --no-audit --no-fund
+
+# The Python client's virtual environment: Debian's python3-venv and
+# python3-httpx (apt-get when root, else a clear error), the package installed
+# editable from client/python without PyPI; rebuilt when pyproject.toml or the
+# script changes.
+PY_VENV := client/python/.venv
+py-deps: $(PY_VENV)/.installed ## make the Python client's venv (client/python/.venv) from Debian's httpx, offline
+$(PY_VENV)/.installed: client/python/pyproject.toml scripts/python-venv.sh
+	scripts/python-venv.sh
 
 # test-go expects TASKPILOTS_TEST_DATABASE_URL to answer; `make test` sees to it.
 test-go:
@@ -98,4 +107,4 @@ pg-stop: ## stop the throwaway test cluster
 
 clean: ## remove build output and the throwaway cluster
 	-scripts/test-postgres.sh --stop
-	rm -rf bin .pgtest
+	rm -rf bin .pgtest $(PY_VENV)

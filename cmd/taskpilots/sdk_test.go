@@ -14,29 +14,34 @@ import (
 	"github.com/taskpilots/handoff/models/storetest"
 )
 
-// TestSDKs runs the Python (client/python) and TypeScript (client/typescript)
-// client suites against the real binary serving a fresh PostgreSQL schema,
-// with an admin, a controller and a worker token made by `taskpilots token
-// create`. The suites cover a full lifecycle, typed 409/422 errors, fencing,
-// heartbeats, keyed retries, paging, the feed and a real webhook delivery;
-// this test fails when either fails. It lives in cmd/ so that it runs once
-// per CI run, not again in the -race run.
+// TestSDKs runs the Python (client/python: sync and async, in the venv that
+// `make py-deps` makes) and TypeScript (client/typescript) client suites
+// against the real binary serving a fresh PostgreSQL schema, with an admin, a
+// controller and a worker token made by `taskpilots token create`. The suites
+// cover a full lifecycle, typed 409/422 errors, fencing, heartbeats, keyed
+// retries, paging, the feed, SIGTERM during a handler and a real webhook
+// delivery; this test fails when either fails. It lives in cmd/ so that it
+// runs once per CI run, not again in the -race run.
 func TestSDKs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SDK suites: skipped in -short mode")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a bound for a stuck child, not a speed check
 	defer cancel()
-	for _, tool := range []string{"python3", "node"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required for the SDK tests: %v", tool, err)
-		}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is required for the SDK tests: %v", err)
 	}
 	tsDir, err := filepath.Abs(filepath.Join("..", "..", "client", "typescript"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pyDir := filepath.Join(filepath.Dir(tsDir), "python")
+	// The venv that scripts/python-venv.sh makes: Debian's httpx and the
+	// package installed from client/python/pyproject.toml.
+	python := filepath.Join(pyDir, ".venv", "bin", "python")
+	if _, err := os.Stat(filepath.Join(pyDir, ".venv", ".installed")); err != nil {
+		t.Fatalf("client/python/.venv is missing: run `make py-deps` (scripts/python-venv.sh): %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(tsDir, "node_modules", ".bin", "tsc")); err != nil {
 		t.Fatalf("client/typescript/node_modules is missing: run `make npm-deps` (npm ci from the lock file): %v", err)
 	}
@@ -77,7 +82,7 @@ func TestSDKs(t *testing.T) {
 	}
 	// Both suites use their own queues and ticket references, so they may
 	// share one server; they run one after the other to spare the CPUs.
-	run("python", pyDir, "python3", "-m", "unittest", "-v")
+	run("python", pyDir, python, "-m", "unittest", "-v")
 	run("typescript build", tsDir, "node", filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.json")
 	run("typescript", tsDir, "node", "--test", filepath.Join("dist", "test", "offline.test.js"), filepath.Join("dist", "test", "live.test.js"))
 
@@ -102,8 +107,8 @@ func TestSDKs(t *testing.T) {
 		}
 		t.Logf("%s examples: ok in %v", name, time.Since(start).Round(10*time.Millisecond))
 	}
-	example("python", pyDir, []string{"python3", "examples/worker.py", "--queue", "ex-py", "--max-leases", "1"},
-		[]string{"python3", "examples/controller.py", "--queue", "ex-py"})
+	example("python", pyDir, []string{python, "examples/worker.py", "--queue", "ex-py", "--max-leases", "1"},
+		[]string{python, "examples/controller.py", "--queue", "ex-py"})
 	example("typescript", tsDir, []string{"node", "dist/examples/worker.js", "ex-ts", "1"},
 		[]string{"node", "dist/examples/controller.js", "ex-ts"})
 }

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import uuid
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-import taskpilots  # noqa: E402
+import taskpilots
 
 
 def main() -> None:
@@ -48,6 +46,7 @@ def main() -> None:
         if ev["type"] in ("result.completed", "session.cancelled", "session.escalated"):
             feed.close()
     print("final status:", tp.get_session(sid)["status"])
+    tp.close()
 
 
 if __name__ == "__main__":

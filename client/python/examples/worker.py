@@ -15,12 +15,10 @@ import argparse
 import json
 import logging
 import os
-import sys
 from typing import Any, Dict
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-import taskpilots  # noqa: E402
+import taskpilots
 
 
 def fake_model(prompt: str) -> Dict[str, Any]:
@@ -56,8 +54,9 @@ def main() -> None:
     def report(o: taskpilots.Outcome) -> None:
         print(json.dumps({"delegation": o.lease.delegation_id, "answer": o.answer, "error": str(o.error) if o.error else None}))
 
-    w = taskpilots.Worker(tp, queue=args.queue, handler=handle, on_result=report, wait_seconds=5)
-    w.run(max_leases=args.max_leases)
+    with tp:  # closes the connection pool at the end
+        w = taskpilots.Worker(tp, queue=args.queue, handler=handle, on_result=report, wait_seconds=5)
+        w.run(max_leases=args.max_leases)
 
 
 if __name__ == "__main__":

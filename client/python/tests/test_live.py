@@ -11,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -33,6 +36,31 @@ def setUpModule() -> None:
         raise unittest.SkipTest("no server: set TASKPILOTS_URL and TASKPILOTS_{ADMIN,CONTROLLER,WORKER}_TOKEN")
 
 
+# Workers that print "leased" when their handler starts, then take a while.
+SIGTERM_WORKERS = {
+    "Worker": """
+import os, sys, time, taskpilots
+def handle(lease):
+    print("leased", flush=True)
+    time.sleep(1.5)
+    return {"result_type": "completed", "evidence": [{"claim": "finished after SIGTERM"}]}
+with taskpilots.Client(os.environ["TASKPILOTS_URL"], os.environ["TASKPILOTS_WORKER_TOKEN"]) as c:
+    print("handled", taskpilots.Worker(c, queue=sys.argv[1], handler=handle, wait_seconds=5).run(), flush=True)
+""",
+    "AsyncWorker": """
+import asyncio, os, sys, taskpilots
+async def handle(lease):
+    print("leased", flush=True)
+    await asyncio.sleep(1.5)
+    return {"result_type": "completed", "evidence": [{"claim": "finished after SIGTERM"}]}
+async def main():
+    async with taskpilots.AsyncClient(os.environ["TASKPILOTS_URL"], os.environ["TASKPILOTS_WORKER_TOKEN"]) as c:
+        print("handled", await taskpilots.AsyncWorker(c, queue=sys.argv[1], handler=handle, wait_seconds=5).run(), flush=True)
+asyncio.run(main())
+""",
+}
+
+
 def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
@@ -42,6 +70,8 @@ class LiveTest(unittest.TestCase):
         self.ctl = taskpilots.Client(URL, TOKENS["controller"])
         self.wrk = taskpilots.Client(URL, TOKENS["worker"])
         self.adm = taskpilots.Client(URL, TOKENS["admin"])
+        for c in (self.ctl, self.wrk, self.adm):
+            self.addCleanup(c.close)
         self.queue = uniq("py")
 
     def new_session(self, **kw: Any) -> Dict[str, Any]:
@@ -97,6 +127,30 @@ class LiveTest(unittest.TestCase):
             "result_type": "completed", "output": {"refunded": "voucher"}, "evidence": [{"claim": "voucher issued"}]})
         self.assertGreater(res["state_version"], ans["state_version"])
         self.assertNotEqual(d2["delegation_id"], lease["delegation_id"])
+
+    def test_sigterm_finishes_the_current_lease(self) -> None:
+        # A worker process gets SIGTERM while its handler runs: the handler
+        # finishes, its result is sent, and run() returns (exit 0).
+        for kind, script in SIGTERM_WORKERS.items():
+            with self.subTest(kind):
+                s = self.new_session()
+                queue = uniq("py-term")
+                self.ctl.delegate(s["session_id"], queue=queue, step="finish-me", expected_version=s["state_version"])
+                p = subprocess.Popen([sys.executable, "-c", script, queue], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+                try:
+                    assert p.stdout is not None
+                    self.assertEqual(p.stdout.readline().strip(), "leased")
+                    p.send_signal(signal.SIGTERM)
+                    out, _ = p.communicate(timeout=60)
+                finally:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                self.assertEqual(p.returncode, 0, out)
+                self.assertIn("handled 1", out)
+                got = self.ctl.get_session(s["session_id"])
+                self.assertIn("finish-me", json.dumps(got["state"]["completed_steps"]), out)
 
     def test_stale_write_is_conflict_with_current_version(self) -> None:
         s = self.new_session()
@@ -221,9 +275,12 @@ class LiveTest(unittest.TestCase):
                     "Idempotency-Key": self.headers.get("Idempotency-Key") or ""})
                 with urllib.request.urlopen(req) as resp:
                     status, data = resp.status, resp.read()
+                retry_after = None
                 if len(seen) == 1:
-                    status, data = 503, b'{"title":"Service Unavailable","status":503}'
+                    status, data, retry_after = 503, b'{"title":"Service Unavailable","status":503}', "0"
                 self.send_response(status)
+                if retry_after is not None:
+                    self.send_header("Retry-After", retry_after)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -233,11 +290,11 @@ class LiveTest(unittest.TestCase):
                 pass
 
         srv = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
         try:
-            c = taskpilots.Client(f"http://127.0.0.1:{srv.server_port}", TOKENS["controller"], backoff=0.05)
             ref = uniq("T-retry")
-            got = c.create_session("retried create", ticket_ref=ref)
+            with taskpilots.Client(f"http://127.0.0.1:{srv.server_port}", TOKENS["controller"], backoff=0.05) as c:
+                got = c.create_session("retried create", ticket_ref=ref)
         finally:
             srv.shutdown()
             srv.server_close()
@@ -262,7 +319,7 @@ class LiveTest(unittest.TestCase):
                 pass
 
         srv = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
         hook = self.adm.create_webhook(f"http://127.0.0.1:{srv.server_port}/hook", types=["session.created"], description="py sdk test")
         try:
             self.assertTrue(hook["secret"].startswith("whsec_"))

@@ -78,22 +78,28 @@ const byStatus: Record<number, typeof APIError> = {
   422: ValidationError,
 };
 
-/** Build the typed error of an error answer. */
-export function errorFromResponse(method: string, path: string, status: number, text: string): APIError {
+/**
+ * Build the typed error of an error answer from its body: the problem+json
+ * document (as openapi-fetch parsed it), or text when it was not JSON.
+ */
+export function errorFromResponse(method: string, path: string, status: number, body: unknown): APIError {
   const Cls = byStatus[status] ?? (status >= 500 ? ServerError : APIError);
-  let doc: unknown;
-  try {
-    doc = text ? JSON.parse(text) : {};
-  } catch {
-    return new Cls(method, path, status, "", text.slice(0, 512), "", [], undefined, text);
+  if (typeof body === "string") {
+    let doc: unknown;
+    try {
+      doc = body ? JSON.parse(body) : {};
+    } catch {
+      return new Cls(method, path, status, "", body.slice(0, 512), "", [], undefined, body);
+    }
+    body = doc;
   }
-  if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
-    return new Cls(method, path, status, "", "", "", [], undefined, doc);
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    return new Cls(method, path, status, "", "", "", [], undefined, body);
   }
-  const d = doc as Record<string, unknown>;
+  const d = body as Record<string, unknown>;
   const errors: FieldError[] = Array.isArray(d.errors)
     ? d.errors.filter((e) => e && typeof e === "object").map((e) => ({ field: String(e.field ?? ""), message: String(e.message ?? "") }))
     : [];
   const cv = typeof d.current_version === "number" ? d.current_version : undefined;
-  return new Cls(method, path, status, String(d.title ?? ""), String(d.detail ?? ""), String(d.type ?? ""), errors, cv, doc);
+  return new Cls(method, path, status, String(d.title ?? ""), String(d.detail ?? ""), String(d.type ?? ""), errors, cv, body);
 }

@@ -5,7 +5,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomUUID } from "node:crypto";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { createServer, request as httpRequest } from "node:http";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import type { AddressInfo } from "node:net";
 import { Client, ConflictError, NotFoundError, PermissionDeniedError, ValidationError, WebhookVerificationError, Worker, verifyWebhook, type FeedEvent, type LeaseContext } from "../src/index.js";
 
@@ -68,6 +72,34 @@ test("lifecycle: delegate, lease with heartbeats, completed with next_step, need
     result_type: "completed", output: { refunded: "voucher" }, evidence: [{ claim: "voucher issued" }],
   });
   assert.ok(res.state_version > ans.state_version);
+});
+
+test("SIGTERM while the handler runs: the handler finishes, its result is sent, run() resolves", { skip }, async () => {
+  const queue = uniq("ts-term");
+  const s = await newSession();
+  await ctl.delegate(s.session_id, { queue, step: "finish-me", expected_version: s.state_version });
+  const index = fileURLToPath(new URL("../src/index.js", import.meta.url));
+  const script = `
+    import { Client, Worker } from ${JSON.stringify(index)};
+    const client = new Client({ baseUrl: process.env.TASKPILOTS_URL, token: process.env.TASKPILOTS_WORKER_TOKEN });
+    const n = await new Worker({ client, queue: process.argv[1], waitSeconds: 5, handler: async () => {
+      console.log("leased");
+      await new Promise((r) => setTimeout(r, 1500));
+      return { result_type: "completed", evidence: [{ claim: "finished after SIGTERM" }] };
+    } }).run({ handleSignals: true });
+    console.log("handled", n);`;
+  const p = spawn(process.execPath, ["--input-type=module", "-e", script, queue], { stdio: ["ignore", "pipe", "inherit"] });
+  const lines: string[] = [];
+  const rl = createInterface({ input: p.stdout! });
+  rl.on("line", (l) => {
+    lines.push(l);
+    if (l === "leased") p.kill("SIGTERM");
+  });
+  const [code, sig] = await once(p, "exit");
+  assert.equal(sig, null, `killed by ${sig}: ${lines.join("\n")}`);
+  assert.equal(code, 0);
+  assert.deepEqual(lines, ["leased", "handled 1"]);
+  assert.match(JSON.stringify((await ctl.getSession(s.session_id)).state.completed_steps), /finish-me/);
 });
 
 test("a stale write is a ConflictError with the current version", { skip }, async () => {

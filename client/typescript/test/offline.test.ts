@@ -1,9 +1,9 @@
 // Tests that need no TaskPilots server: webhook signatures and the retry policy.
-import { test } from "node:test";
+import { mock, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { APIError, Client, ConflictError, ServerError, TransportError, ValidationError, WebhookVerificationError, signWebhook, verifyWebhook } from "../src/index.js";
+import { APIError, Client, ConflictError, TransportError, ValidationError, WebhookVerificationError, parseRetryAfter, signWebhook, verifyWebhook } from "../src/index.js";
 
 // Produced by the standardwebhooks npm package (Webhook.sign), an
 // implementation independent of this one.
@@ -20,20 +20,32 @@ test("webhook: sign matches the reference vector", () => {
   assert.equal(signWebhook(V.secret, V.id, V.ts, V.body), V.sig);
 });
 
+// The standardwebhooks package checks the timestamp against Date.now():
+// the vector is verified at a mocked time shortly after it was signed.
+function at<T>(unixSeconds: number, f: () => T): T {
+  mock.timers.enable({ apis: ["Date"], now: unixSeconds * 1000 });
+  try {
+    return f();
+  } finally {
+    mock.timers.reset();
+  }
+}
+
 test("webhook: verify accepts the vector, also among rotated signatures", () => {
-  assert.equal(verifyWebhook(V.secret, V.body, hdrs(), { now: V.ts + 10 }).event_id, "evt_01");
-  assert.equal(verifyWebhook(V.secret, Buffer.from(V.body), new Headers(hdrs("v1,AAAA " + V.sig)), { now: V.ts }).type, "session.created");
+  assert.equal(at(V.ts + 10, () => verifyWebhook(V.secret, V.body, hdrs())).event_id, "evt_01");
+  assert.equal(at(V.ts, () => verifyWebhook(V.secret, Buffer.from(V.body), new Headers(hdrs("v1,AAAA " + V.sig)))).type, "session.created");
+  assert.equal(at(V.ts, () => verifyWebhook(V.secret, new TextEncoder().encode(V.body), hdrs())).seq, 1);
 });
 
-test("webhook: verify rejects tampering, other secrets, old timestamps", () => {
+test("webhook: verify rejects tampering, other secrets, old timestamps, missing headers", () => {
   const cases: [string, string, string, Record<string, string>, number][] = [
     ["tampered body", V.secret, V.body.replace("x", "y"), hdrs(), V.ts],
     ["other secret", "whsec_" + "QUJD".repeat(8), V.body, hdrs(), V.ts],
     ["old timestamp", V.secret, V.body, hdrs(), V.ts + 3600],
-    ["no signature", V.secret, V.body, { "webhook-id": "evt_01", "webhook-timestamp": "1" }, 1],
+    ["no signature", V.secret, V.body, { "webhook-id": "evt_01", "webhook-timestamp": String(V.ts) }, V.ts],
   ];
   for (const [name, secret, body, h, now] of cases) {
-    assert.throws(() => verifyWebhook(secret, body, h, { now }), WebhookVerificationError, name);
+    at(now, () => assert.throws(() => verifyWebhook(secret, body, h), WebhookVerificationError, name));
   }
 });
 
@@ -85,12 +97,39 @@ test("retry: 4xx never retried, typed with the problem fields", async () => {
   }
 });
 
-test("retry: a write without idempotency key is not retried", async () => {
+test("retry: a write without idempotency key is not retried (client.api, the openapi-fetch client)", async () => {
   const { srv, url, seen } = await scripted([[503, { status: 503 }]]);
   try {
     const c = new Client({ baseUrl: url, token: "t", backoffMs: 10 });
-    await assert.rejects(c.request({ method: "POST", path: "/not-idempotent", body: {} }), ServerError);
+    const { error, response } = await c.api.POST("/sessions", { body: { goal: "g" } });
+    assert.equal(response.status, 503);
+    assert.deepEqual(error, { status: 503 });
     assert.deepEqual(seen, [undefined]);
+  } finally {
+    srv.close();
+  }
+});
+
+test("retry: Retry-After sets the delay when longer than the backoff", () => {
+  const c = new Client({ baseUrl: "http://x", token: "t", backoffMs: 100, maxBackoffMs: 5000 });
+  assert.ok(c.delay(0) <= 100);
+  assert.equal(c.delay(0, 2), 2000);
+  assert.equal(c.delay(0, 3600), 20_000); // capped: a server cannot park the client for an hour
+  assert.equal(parseRetryAfter("3"), 3);
+  assert.equal(parseRetryAfter(null), undefined);
+  assert.equal(parseRetryAfter("soon"), undefined);
+  assert.equal(parseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"), 0);
+});
+
+test("errors: a 503 after the retries is a ServerError with retryAfter", async () => {
+  const { srv, url } = await scripted([[503, { title: "Service Unavailable", status: 503 }]]);
+  try {
+    const c = new Client({ baseUrl: url, token: "t", maxRetries: 0 });
+    const err = await c.getSession("ses_1").then(() => undefined, (e) => e);
+    assert.equal(err?.constructor?.name, "ServerError");
+    assert.equal(err.retryAfter, 0);
+    assert.equal(err.path, "/sessions/ses_1");
+    assert.equal(err.method, "GET");
   } finally {
     srv.close();
   }

@@ -1,6 +1,7 @@
 """TaskPilots Handoff client: sessions, delegation, leases with heartbeats and fencing, the event feed, webhooks.
 
-Standard library only. Quick start::
+Built on httpx; :class:`Client` blocks, :class:`AsyncClient` is its async
+twin with the same methods. Quick start::
 
     import taskpilots
     tp = taskpilots.Client("http://localhost:8080", token)
@@ -9,7 +10,11 @@ Standard library only. Quick start::
                 expected_version=s["state_version"])
 """
 
-from .client import Client, Feed, Prompt, new_idempotency_key
+from . import models
+from ._async_client import AsyncClient, AsyncFeed
+from ._async_worker import AsyncWorker
+from ._base import Prompt, new_idempotency_key
+from ._client import Client, Feed
 from .errors import (
     APIError,
     AuthenticationError,
@@ -27,10 +32,13 @@ from .errors import (
 from .webhooks import WebhookVerificationError, sign as sign_webhook, verify as verify_webhook
 from .worker import BadInputFailure, Lease, LeaseLost, Outcome, PermanentFailure, Worker
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "APIError",
+    "AsyncClient",
+    "AsyncFeed",
+    "AsyncWorker",
     "AuthenticationError",
     "BadInputFailure",
     "BadRequestError",
@@ -52,6 +60,7 @@ __all__ = [
     "ValidationError",
     "WebhookVerificationError",
     "Worker",
+    "models",
     "new_idempotency_key",
     "sign_webhook",
     "verify_webhook",

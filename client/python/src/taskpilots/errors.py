@@ -72,6 +72,8 @@ class APIError(TaskPilotsError):
         self.errors: List[FieldError] = list(errors or [])
         self.current_version = current_version
         self.body = body
+        #: Seconds the server asked to wait before a retry (Retry-After), if it said.
+        self.retry_after: Optional[float] = None
         msg = f"{method} {path}: {status} {title}".rstrip()
         if detail:
             msg += f": {detail}"

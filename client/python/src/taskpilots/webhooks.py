@@ -4,7 +4,10 @@ TaskPilots signs each delivery with the headers ``webhook-id`` (the event id),
 ``webhook-timestamp`` (Unix seconds) and ``webhook-signature``
 (``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``, space-separated when
 several secrets are valid during a rotation), keyed by the base64 part of the
-``whsec_`` secret. Standard library only (hmac, hashlib, base64).
+``whsec_`` secret. Standard library only (hmac, hashlib, base64): PyPI's
+``standardwebhooks`` package (``Webhook(secret).verify(body, headers)``) is a
+drop-in alternative; tests/test_offline.py checks this implementation
+against that specification's npm package, both ways.
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ def verify(
             continue
         # Compare in constant time so the signature cannot be guessed byte by byte.
         if hmac.compare_digest(value.encode("ascii", "replace"), expected):
-            data = body.decode("utf-8") if isinstance(body, bytes) else body
-            return json.loads(data)
+            try:
+                return json.loads(body.decode("utf-8") if isinstance(body, bytes) else body)
+            except ValueError as e:  # signed, but not a payload of ours
+                raise WebhookVerificationError(f"payload is not JSON: {e}") from e
     raise WebhookVerificationError("no matching signature")

@@ -20,12 +20,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from .client import Client
+from ._client import Client
 from .errors import ConflictError, NotFoundError, TaskPilotsError
+from .models import SessionWritten
 
 __all__ = ["Worker", "Lease", "Outcome", "LeaseLost", "PermanentFailure", "BadInputFailure"]
+
+#: How long to wait before leasing again after a lease call failed (the server is down or restarting).
+LEASE_ERROR_PAUSE = 1.0
 
 log = logging.getLogger("taskpilots.worker")
 
@@ -75,11 +79,33 @@ class Outcome:
 
     lease: Lease
     result: Optional[Dict[str, Any]]
-    answer: Optional[Dict[str, Any]]
+    answer: Optional[SessionWritten]
     error: Optional[BaseException]
 
 
 Handler = Callable[[Lease], Mapping[str, Any]]
+
+
+def failure_result(e: BaseException) -> Dict[str, Any]:
+    """The ``failed`` result contract for a handler's exception."""
+    cls = "permanent" if isinstance(e, PermanentFailure) else "bad_input" if isinstance(e, BadInputFailure) else "transient"
+    log.warning("handler failed (%s): %s", cls, e)
+    return {"result_type": "failed", "failure": {"class": cls, "message": str(e) or type(e).__name__}}
+
+
+def complete_result(result: Dict[str, Any], lease: Lease) -> None:
+    """Add the lease's fencing token, session and step unless the handler set them."""
+    result.setdefault("lease_token", lease.lease_token)
+    result.setdefault("session_id", lease.session_id)
+    result.setdefault("step", lease.step)
+
+
+def heartbeat_plan(lease: Lease, fraction: float) -> Tuple[float, float]:
+    """(lease length, heartbeat interval) in seconds, from the lease's expiry."""
+    length = _seconds_left(lease.lease_expires_at)
+    if length <= 0:
+        length = 30.0  # the clocks disagree: assume the default lease
+    return length, max(length * fraction, 0.2)
 
 
 def _seconds_left(expires_at: str) -> float:
@@ -156,7 +182,7 @@ class Worker:
                     got = self.client.lease(self.queue, worker=self.name, wait_seconds=self.wait_seconds)
                 except TaskPilotsError as e:
                     log.warning("lease failed: %s", e)
-                    self._stop.wait(1.0)
+                    self._stop.wait(LEASE_ERROR_PAUSE)
                     continue
                 if got is None:
                     continue
@@ -194,18 +220,14 @@ class Worker:
         try:
             result = dict(self.handler(lease))
         except Exception as e:  # the handler's failure becomes the contract's failure
-            cls = "permanent" if isinstance(e, PermanentFailure) else "bad_input" if isinstance(e, BadInputFailure) else "transient"
-            log.warning("handler failed (%s): %s", cls, e)
-            result = {"result_type": "failed", "failure": {"class": cls, "message": str(e) or type(e).__name__}}
+            result = failure_result(e)
         finally:
             done.set()
             hb.join()
         if lease.lost.is_set():
             log.warning("lease lost while working on %s; result dropped", lease.delegation_id)
             return self._report(Outcome(lease, result, None, LeaseLost(f"lease of {lease.delegation_id} lost")))
-        result.setdefault("lease_token", lease.lease_token)
-        result.setdefault("session_id", lease.session_id)
-        result.setdefault("step", lease.step)
+        complete_result(result, lease)
         try:
             answer = self.client.submit_result(lease.delegation_id, result)
         except ConflictError as e:
@@ -223,10 +245,7 @@ class Worker:
         return o
 
     def _heartbeat(self, lease: Lease, done: threading.Event) -> None:
-        length = _seconds_left(lease.lease_expires_at)
-        if length <= 0:
-            length = 30.0  # the clocks disagree: assume the default lease
-        every = max(length * self.heartbeat_fraction, 0.2)
+        length, every = heartbeat_plan(lease, self.heartbeat_fraction)
         expires = time.monotonic() + length
         while not done.wait(every):
             try:
