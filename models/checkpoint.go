@@ -303,12 +303,18 @@ func (s *Store) WriteCheckpoint(ctx context.Context, key *CheckpointKey, by stri
 		after = rows[len(rows)-1].ID
 	}
 	if matched < prevSessions {
-		// Some sessions of the latest checkpoint were not found: name them.
-		probs, err := s.missingSessions(ctx, latest.Seq, 0)
+		// Some sessions of the latest checkpoint were not found: name them,
+		// unless they were archived; those leave the tree with a tombstone
+		// entry (event count 0), so that this checkpoint's stored leaves
+		// match what it signs.
+		probs, archived, err := s.missingSessions(ctx, latest.Seq, 0)
 		if err != nil {
 			return Checkpoint{}, false, err
 		}
 		problems = append(problems, probs...)
+		for _, id := range archived {
+			changed = append(changed, checkpointEntry{SessionID: id})
+		}
 	}
 	if len(problems) > 0 {
 		return Checkpoint{}, false, &CheckpointRefusedError{Seq: latest.Seq, Problems: problems}
@@ -446,9 +452,17 @@ func (s *Store) probeHeads(ctx context.Context, seq int64, ps []headProbe) ([]Pr
 			for _, id := range exist {
 				exists[id] = true
 			}
+			archived, err := s.archivedHeads(ctx, lost)
+			if err != nil {
+				return nil, err
+			}
 			for _, p := range batch {
 				if _, ok := got[p.SessionID]; ok {
 					continue
+				}
+				a, ok := archived[p.SessionID]
+				if !exists[p.SessionID] && coveredByArchive(a, ok, p.Seq, p.Want) {
+					continue // archived with at least these events (models/archive.go)
 				}
 				if !exists[p.SessionID] {
 					probs = append(probs, missing(seq, p.SessionID, p.Seq))
@@ -463,25 +477,40 @@ func (s *Store) probeHeads(ctx context.Context, seq int64, ps []headProbe) ([]Pr
 
 // missingSessions names the sessions of checkpoint seq that no longer
 // exist (at most limit; 0: all).
-func (s *Store) missingSessions(ctx context.Context, seq int64, limit int) ([]Problem, error) {
+func (s *Store) missingSessions(ctx context.Context, seq int64, limit int) (probs []Problem, archivedIDs []string, err error) {
 	var rows []struct {
 		SessionID string
 		N         int64
+		HeadHash  string
 	}
-	q := s.DB.WithContext(ctx).Raw(`SELECT e.session_id, max(e.event_count) AS n FROM checkpoint_entries e
+	// Per gone session, its newest entry (event counts only grow), unless
+	// an earlier checkpoint already recorded its archival (a tombstone).
+	q := s.DB.WithContext(ctx).Raw(`SELECT e.session_id, e.event_count AS n, e.head_hash FROM checkpoint_entries e
 		WHERE e.checkpoint_seq <= ? AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = e.session_id)
-		GROUP BY e.session_id ORDER BY e.session_id`, seq)
+		AND NOT EXISTS (SELECT 1 FROM checkpoint_entries y WHERE y.session_id = e.session_id
+			AND y.checkpoint_seq <= ? AND (y.event_count > e.event_count OR y.event_count = 0))
+		ORDER BY e.session_id`, seq, seq)
 	if err := q.Scan(&rows).Error; err != nil {
-		return nil, fmt.Errorf("checkpoint: find missing sessions: %w", err)
+		return nil, nil, fmt.Errorf("checkpoint: find missing sessions: %w", err)
 	}
-	var probs []Problem
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.SessionID
+	}
+	archived, err := s.archivedHeads(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, r := range rows {
-		if limit > 0 && len(probs) == limit {
-			break
+		if a, ok := archived[r.SessionID]; coveredByArchive(a, ok, r.N, r.HeadHash) {
+			archivedIDs = append(archivedIDs, r.SessionID) // archived with at least these events
+			continue
 		}
-		probs = append(probs, missing(seq, r.SessionID, r.N))
+		if limit == 0 || len(probs) < limit {
+			probs = append(probs, missing(seq, r.SessionID, r.N))
+		}
 	}
-	return probs, nil
+	return probs, archivedIDs, nil
 }
 
 func missing(seq int64, sid string, n int64) Problem {

@@ -122,8 +122,10 @@ func (s *Store) VerifyCheckpoints(ctx context.Context, o CheckpointVerifyOpts) (
 // newest entry at or before seq (no newer one up to seq), in id order, a
 // batch at a time. Both sides carry the keyset bound: without it on the
 // anti-joined side PostgreSQL merges from the first session for every batch.
+// A newest entry with event_count 0 is a tombstone: the session was archived
+// before that checkpoint (models/archive.go) and is not one of its leaves.
 const entriesAsOf = `SELECT e.session_id, e.checkpoint_seq, e.event_count, e.head_hash FROM checkpoint_entries e
-	WHERE e.session_id > @after AND e.checkpoint_seq <= @seq AND NOT EXISTS (
+	WHERE e.session_id > @after AND e.checkpoint_seq <= @seq AND e.event_count > 0 AND NOT EXISTS (
 		SELECT 1 FROM checkpoint_entries y WHERE y.session_id = e.session_id AND y.session_id > @after
 			AND y.checkpoint_seq > e.checkpoint_seq AND y.checkpoint_seq <= @seq)
 	ORDER BY e.session_id LIMIT @limit`
