@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/demo"
+)
+
+// axeSource is axe-core, vendored (see testdata/axe/README.md): the tests
+// inject it into each page, so they need no network and no npm install.
+//
+//go:embed testdata/axe/axe.min.js
+var axeSource string
+
+// consolePage is one page of the console that the page-wide checks visit.
+type consolePage struct {
+	name string
+	path string
+	// review, audit or admin: the pages this package checks at 390 px (the
+	// inbox and the session page have their own narrow-screen tests).
+	narrow bool
+}
+
+// demoEnv is the product with the demo data set (every session status, open
+// escalations, decided ones scored by the demo reviewer), an admin who sees
+// every page, and one webhook, so that every console page has something to
+// show.
+func demoEnv(t *testing.T) (*env, models.User) {
+	t.Helper()
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := demo.Seed(ctx, e.s); err != nil {
+		t.Fatalf("demo seed: %v", err)
+	}
+	root := e.user(t, "Root Admin", models.RoleAdmin)
+	if _, _, err := e.s.CreateWebhook(ctx, root.Actor(), "", models.WebhookInput{
+		URL: "https://hooks.example.com/taskpilots", Description: "helpdesk sync"}); err != nil {
+		t.Fatalf("webhook: %v", err)
+	}
+	return e, root
+}
+
+// consolePages lists every console page with the data e holds: the session
+// page once per status, the review item of a decided escalation, the admin
+// pages and an error page.
+func consolePages(t *testing.T, e *env) []consolePage {
+	t.Helper()
+	ctx := context.Background()
+	page, err := e.s.ListSessions(ctx, models.SessionQuery{Limit: models.MaxSessionsLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byStatus := map[models.Status]string{}
+	for _, r := range page.Sessions {
+		if byStatus[r.Status] == "" {
+			byStatus[r.Status] = r.ID
+		}
+	}
+	var item struct {
+		SessionID string
+		AtVersion int64
+	}
+	if err := e.s.DB.Raw(`SELECT session_id, at_version FROM review_items ORDER BY decided_at LIMIT 1`).Scan(&item).Error; err != nil || item.SessionID == "" {
+		t.Fatalf("no review item (%v)", err)
+	}
+	var hook struct{ ID string }
+	if err := e.s.DB.Raw(`SELECT id FROM webhooks LIMIT 1`).Scan(&hook).Error; err != nil || hook.ID == "" {
+		t.Fatalf("no webhook (%v)", err)
+	}
+	pages := []consolePage{
+		{name: "inbox", path: "/console/inbox"},
+		{name: "waiting", path: "/console/inbox/waiting"},
+		{name: "sessions", path: "/console/sessions"},
+		{name: "review queue", path: "/console/reviews", narrow: true},
+		{name: "review statistics", path: "/console/reviews/stats", narrow: true},
+		{name: "review item", path: fmt.Sprintf("/console/reviews/%s/%d", item.SessionID, item.AtVersion), narrow: true},
+		{name: "audit trail", path: "/console/audit", narrow: true},
+		{name: "admin", path: "/console/admin", narrow: true},
+		{name: "metrics", path: "/console/admin/metrics", narrow: true},
+		{name: "admin log", path: "/console/admin/audit", narrow: true},
+		{name: "verify", path: "/console/admin/verify", narrow: true},
+		{name: "users", path: "/console/admin/users", narrow: true},
+		{name: "tokens", path: "/console/admin/tokens", narrow: true},
+		{name: "webhooks", path: "/console/admin/webhooks", narrow: true},
+		{name: "webhook", path: "/console/admin/webhooks/" + hook.ID, narrow: true},
+		{name: "password", path: "/console/account/password", narrow: true},
+		{name: "error", path: "/console/sessions/ses_doesnotexist", narrow: true},
+	}
+	for _, st := range models.AllStatuses {
+		if id := byStatus[st]; id != "" {
+			pages = append(pages, consolePage{name: "session " + string(st), path: "/console/sessions/" + id})
+		} else {
+			t.Errorf("the demo data has no %s session", st)
+		}
+	}
+	return pages
+}
+
+// axeViolation is what the test reports of one axe violation.
+type axeViolation struct {
+	ID      string   `json:"id"`
+	Impact  string   `json:"impact"`
+	Help    string   `json:"help"`
+	Targets []string `json:"targets"`
+	Summary string   `json:"summary"`
+}
+
+// runAxe injects axe-core into the page and returns its serious and critical
+// violations.
+func runAxe(t *testing.T, ctx context.Context) []axeViolation {
+	t.Helper()
+	var got []axeViolation
+	run(t, ctx,
+		chromedp.Evaluate(axeSource, nil),
+		chromedp.Evaluate(`axe.run(document, {resultTypes: ["violations"]}).then(r =>
+			r.violations.filter(v => v.impact === "serious" || v.impact === "critical").map(v => ({
+				id: v.id, impact: v.impact, help: v.help,
+				targets: v.nodes.slice(0, 5).map(n => n.target.join(" ")),
+				summary: (v.nodes[0] && v.nodes[0].failureSummary) || "",
+			})))`, &got, awaitPromise),
+	)
+	return got
+}
+
+// TestAccessibility: axe-core finds no serious or critical violation on any
+// console page, the login page included.
+func TestAccessibility(t *testing.T) {
+	e, root := demoEnv(t)
+	pages := consolePages(t, e)
+	ctx := tabWithin(t, 3*time.Minute)
+
+	check := func(name string) {
+		t.Helper()
+		for _, v := range runAxe(t, ctx) {
+			t.Errorf("%s: %s (%s): %s\n  at %s\n  %s", name, v.ID, v.Impact, v.Help,
+				strings.Join(v.Targets, " | "), strings.ReplaceAll(v.Summary, "\n", "\n  "))
+		}
+	}
+	run(t, ctx, chromedp.Navigate(e.base+"/login"), chromedp.WaitVisible(`[data-testid="login-form"]`))
+	check("login")
+	e.login(t, ctx, root, "/console/inbox")
+	for _, p := range pages {
+		run(t, ctx, chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(`main#main`, chromedp.ByQuery))
+		start := time.Now()
+		check(p.name + " (" + p.path + ")")
+		t.Logf("%s: %v", p.name, time.Since(start))
+	}
+}
+
+// TestNarrowScreen: at 390 px (a phone) the review, audit and admin pages
+// fit the width: the document never scrolls sideways (wide tables scroll in
+// their own box).
+func TestNarrowScreen(t *testing.T) {
+	e, root := demoEnv(t)
+	pages := consolePages(t, e)
+	ctx := tabWithin(t, 2*time.Minute)
+	run(t, ctx, chromedp.EmulateViewport(390, 844))
+	e.login(t, ctx, root, "/console/inbox")
+	checked := 0
+	for _, p := range pages {
+		if !p.narrow {
+			continue
+		}
+		var m struct {
+			Scroll int `json:"scroll"`
+			Client int `json:"client"`
+			Widest string
+		}
+		run(t, ctx,
+			chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(`main#main`, chromedp.ByQuery),
+			chromedp.Evaluate(`(() => {
+				const d = document.scrollingElement;
+				// The outermost elements that reach past the right edge, not
+				// clipped by a box that scrolls on its own, to name in a failure.
+				const clipped = el => {
+					for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+						if (getComputedStyle(a).overflowX !== "visible") { return true; }
+					}
+					return false;
+				};
+				const out = [];
+				for (const el of document.querySelectorAll("body *")) {
+					const r = el.getBoundingClientRect().right;
+					if (r > d.clientWidth + 0.5 && !clipped(el) && !out.some(o => o.el.contains(el))) {
+						out.push({el, r});
+					}
+				}
+				const name = el => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
+					(typeof el.className === "string" && el.className.trim() ? "." + el.className.trim().split(/\s+/).join(".") : "");
+				return {scroll: d.scrollWidth, client: d.clientWidth,
+					Widest: out.slice(0, 4).map(o => name(o.el) + " (" + Math.round(o.r) + "px)").join(", ")};
+			})()`, &m),
+		)
+		checked++
+		if m.Client != 390 && m.Client != 0 {
+			// The viewport is what the test set (a scrollbar would take
+			// room, but headless Chromium overlays them).
+			t.Logf("%s: client width %d", p.name, m.Client)
+		}
+		if m.Scroll > m.Client {
+			t.Errorf("%s (%s) scrolls sideways at 390 px: scrollWidth %d > clientWidth %d; widest %s", p.name, p.path, m.Scroll, m.Client, m.Widest)
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d pages", checked)
+	}
+}
