@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/demo"
+	"github.com/taskpilots/handoff/models/storetest"
 )
 
 // axeSource is axe-core, vendored (see testdata/axe/README.md): the tests
@@ -211,5 +214,82 @@ func TestNarrowScreen(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("checked %d pages", checked)
+	}
+}
+
+// maxPageBytes is the most a console page may weigh (its HTML, before any
+// compression): the console must stay quick on a poor connection whatever
+// the amount of data behind it.
+const maxPageBytes = 150 * 1024
+
+// TestPagesUnder150KB: with realistic volumes (the demo data, a full inbox
+// of 150 open escalations, a session with 400 events), every console page's
+// HTML stays under 150 KB.
+func TestPagesUnder150KB(t *testing.T) {
+	e, root := demoEnv(t)
+	ctx := context.Background()
+	escalate := func(i int) string {
+		id := storetest.Session(ctx, t, e.s, &storetest.SessionOpts{
+			Goal:      fmt.Sprintf("Refund order %d: the customer reports a damaged item and asks for the money back", 5000+i),
+			TicketRef: fmt.Sprintf("T-%d", 5000+i), Priority: 1 + i%5,
+			Facts: map[string]any{"order_id": fmt.Sprint(5000 + i), "order_total": "129.90 EUR"},
+		})
+		v := int64(1)
+		if _, err := e.s.Transition(ctx, id, models.EventSessionEscalated, "test:controller", "", models.TransitionInput{
+			ExpectedVersion: &v, Reason: "refund above the automatic limit",
+			Question: "Approve the refund of 129.90 EUR to the original payment method?"}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	for i := 0; i < 150; i++ {
+		escalate(i)
+	}
+	// A long-running escalation: an agent's claim and many notes with
+	// evidence, 400 events in all.
+	long := escalate(150)
+	v := int64(2)
+	if _, err := e.s.ClaimEscalation(ctx, long, root, "", models.ClaimInput{ExpectedVersion: &v}); err != nil {
+		t.Fatal(err)
+	}
+	for v = 3; v < 400; v++ {
+		if _, err := e.s.AddNote(ctx, long, root, "", models.NoteInput{ExpectedVersion: &v,
+			Text:          fmt.Sprintf("Call %d with the carrier: the parcel is still at the depot; they will call back tomorrow.", v),
+			EvidenceClaim: "carrier ticket updated", EvidenceSource: fmt.Sprintf("carrier-portal:case/%d", v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages := append(consolePages(t, e),
+		consolePage{name: "long session", path: "/console/sessions/" + long},
+		consolePage{name: "long session, older events", path: "/console/sessions/" + long + "?before=300"},
+	)
+
+	// The login page, as someone not logged in gets it.
+	resp, err := http.Get(e.base + "/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(body) > maxPageBytes {
+		t.Errorf("login page: status %d, %d bytes, %v", resp.StatusCode, len(body), err)
+	}
+
+	tb := tab(t)
+	e.login(t, tb, root, "/console/inbox")
+	for _, p := range pages {
+		var got struct {
+			Status int `json:"status"`
+			Bytes  int `json:"bytes"`
+		}
+		run(t, tb, chromedp.Evaluate(fmt.Sprintf(`fetch(%q, {credentials: "same-origin"}).then(r =>
+			r.arrayBuffer().then(b => ({status: r.status, bytes: b.byteLength})))`, p.path), &got, awaitPromise))
+		if got.Status != 200 && p.name != "error" {
+			t.Errorf("%s (%s): status %d", p.name, p.path, got.Status)
+		}
+		t.Logf("%-24s %7d bytes", p.name, got.Bytes)
+		if got.Bytes > maxPageBytes {
+			t.Errorf("%s (%s) is %d bytes, more than %d", p.name, p.path, got.Bytes, maxPageBytes)
+		}
 	}
 }
