@@ -75,4 +75,3 @@ func TestConsoleTimelinePages(t *testing.T) {
 		}
 	})
 }
-
