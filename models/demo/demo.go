@@ -2,8 +2,9 @@
 // write path: every session, event, delegation and lease in it was made by
 // the same commands the API and the console use (CreateSession, Delegate,
 // Claim, SubmitResult, RescueExpired, Transition, the takeover actions,
-// ProvideInput, SpawnChildren), so the seeded database verifies clean and
-// the console shows what the product really produces.
+// ProvideInput, SpawnChildren, and the reviewer's ClaimNextReview and
+// ScoreReview), so the seeded database verifies clean and the console shows
+// what the product really produces.
 //
 // The seed runs on a demo clock: Store.Now is moved through the past six
 // days while the stories are played, and restored afterwards. Seed must
