@@ -138,7 +138,7 @@ func runAxe(t *testing.T, ctx context.Context) []axeViolation {
 func TestAccessibility(t *testing.T) {
 	e, root := demoEnv(t)
 	pages := consolePages(t, e)
-	ctx := tabWithin(t, 3*time.Minute)
+	ctx := tabWithin(t, 5*time.Minute)
 
 	check := func(name string) {
 		t.Helper()
@@ -149,13 +149,64 @@ func TestAccessibility(t *testing.T) {
 	}
 	run(t, ctx, chromedp.Navigate(e.base+"/login"), chromedp.WaitVisible(`[data-testid="login-form"]`))
 	check("login")
+	run(t, ctx,
+		chromedp.SetValue(`#email`, root.Email),
+		chromedp.SetValue(`#password`, "not the password"),
+		chromedp.Submit(`[data-testid="login-form"]`),
+		chromedp.WaitVisible(`[data-testid="login-error"]`),
+	)
+	check("login with an error")
 	e.login(t, ctx, root, "/console/inbox")
 	for _, p := range pages {
 		run(t, ctx, chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(`main#main`, chromedp.ByQuery))
-		start := time.Now()
 		check(p.name + " (" + p.path + ")")
-		t.Logf("%s: %v", p.name, time.Since(start))
 	}
+
+	// The states that only interaction reaches: a form with inline errors
+	// on the session page, the rubric of a claimed review item, and the
+	// rubric with errors.
+	escalated := sessionByTicket(t, e, "T-1182")
+	run(t, ctx,
+		chromedp.Navigate(e.base+"/console/sessions/"+escalated),
+		chromedp.WaitVisible(`[data-testid="action-complete"]`),
+		chromedp.Click(`[data-testid="action-complete"] button.btn-primary`),
+		chromedp.WaitVisible(`[data-testid="action-complete"] .field-error`),
+	)
+	check("session page, complete form with an error")
+	var item struct {
+		SessionID string
+		AtVersion int64
+	}
+	if err := e.s.DB.Raw(`SELECT session_id, at_version FROM review_items WHERE scored < needed ORDER BY decided_at LIMIT 1`).Scan(&item).Error; err != nil || item.SessionID == "" {
+		t.Fatalf("no review item left to score (%v)", err)
+	}
+	run(t, ctx,
+		chromedp.Navigate(fmt.Sprintf("%s/console/reviews/%s/%d", e.base, item.SessionID, item.AtVersion)),
+		chromedp.Click(`[data-testid="review-claim"]`),
+		chromedp.WaitVisible(`[data-testid="rubric-form"]`),
+	)
+	check("review item, claimed")
+	run(t, ctx,
+		chromedp.Click(`[data-testid="review-submit"]`),
+		chromedp.WaitVisible(`[data-testid="rubric-form"] [data-testid="field-error"]`),
+	)
+	check("review item, rubric with errors")
+}
+
+// sessionByTicket is the id of the (top-level) session of ticket ref.
+func sessionByTicket(t *testing.T, e *env, ref string) string {
+	t.Helper()
+	page, err := e.s.ListSessions(context.Background(), models.SessionQuery{Limit: models.MaxSessionsLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range page.Sessions {
+		if r.TicketRef == ref && r.ParentID == nil {
+			return r.ID
+		}
+	}
+	t.Fatalf("no session for %s", ref)
+	return ""
 }
 
 // TestNarrowScreen: at 390 px (a phone) the review, audit and admin pages
