@@ -215,7 +215,7 @@ func sessionByTicket(t *testing.T, e *env, ref string) string {
 func TestNarrowScreen(t *testing.T) {
 	e, root := demoEnv(t)
 	pages := consolePages(t, e)
-	ctx := tabWithin(t, 2*time.Minute)
+	ctx := tabWithin(t, 3*time.Minute)
 	run(t, ctx, chromedp.EmulateViewport(390, 844))
 	e.login(t, ctx, root, "/console/inbox")
 	checked := 0
@@ -223,48 +223,70 @@ func TestNarrowScreen(t *testing.T) {
 		if !p.narrow {
 			continue
 		}
-		var m struct {
-			Scroll int `json:"scroll"`
-			Client int `json:"client"`
-			Widest string
-		}
-		run(t, ctx,
-			chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(`main#main`, chromedp.ByQuery),
-			chromedp.Evaluate(`(() => {
-				const d = document.scrollingElement;
-				// The outermost elements that reach past the right edge, not
-				// clipped by a box that scrolls on its own, to name in a failure.
-				const clipped = el => {
-					for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
-						if (getComputedStyle(a).overflowX !== "visible") { return true; }
-					}
-					return false;
-				};
-				const out = [];
-				for (const el of document.querySelectorAll("body *")) {
-					const r = el.getBoundingClientRect().right;
-					if (r > d.clientWidth + 0.5 && !clipped(el) && !out.some(o => o.el.contains(el))) {
-						out.push({el, r});
-					}
-				}
-				const name = el => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
-					(typeof el.className === "string" && el.className.trim() ? "." + el.className.trim().split(/\s+/).join(".") : "");
-				return {scroll: d.scrollWidth, client: d.clientWidth,
-					Widest: out.slice(0, 4).map(o => name(o.el) + " (" + Math.round(o.r) + "px)").join(", ")};
-			})()`, &m),
-		)
+		run(t, ctx, chromedp.Navigate(e.base+p.path), chromedp.WaitVisible(`main#main`, chromedp.ByQuery))
+		noSidewaysScroll(t, ctx, p.name+" ("+p.path+")")
 		checked++
-		if m.Client != 390 && m.Client != 0 {
-			// The viewport is what the test set (a scrollbar would take
-			// room, but headless Chromium overlays them).
-			t.Logf("%s: client width %d", p.name, m.Client)
-		}
-		if m.Scroll > m.Client {
-			t.Errorf("%s (%s) scrolls sideways at 390 px: scrollWidth %d > clientWidth %d; widest %s", p.name, p.path, m.Scroll, m.Client, m.Widest)
-		}
 	}
 	if checked < 10 {
 		t.Fatalf("checked %d pages", checked)
+	}
+	// The rubric of a claimed review item, with its errors.
+	var item struct {
+		SessionID string
+		AtVersion int64
+	}
+	if err := e.s.DB.Raw(`SELECT session_id, at_version FROM review_items WHERE scored < needed ORDER BY decided_at LIMIT 1`).Scan(&item).Error; err != nil || item.SessionID == "" {
+		t.Fatalf("no review item left to score (%v)", err)
+	}
+	run(t, ctx,
+		chromedp.Navigate(fmt.Sprintf("%s/console/reviews/%s/%d", e.base, item.SessionID, item.AtVersion)),
+		chromedp.Click(`[data-testid="review-claim"]`),
+		chromedp.WaitVisible(`[data-testid="rubric-form"]`),
+		chromedp.Click(`[data-testid="review-submit"]`),
+		chromedp.WaitVisible(`[data-testid="rubric-form"] [data-testid="field-error"]`),
+	)
+	noSidewaysScroll(t, ctx, "review item, rubric with errors")
+}
+
+// noSidewaysScroll fails the test when the page in ctx is wider than its
+// viewport (document.scrollingElement.scrollWidth > clientWidth), naming the
+// elements that stick out.
+func noSidewaysScroll(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var m struct {
+		Scroll int    `json:"scroll"`
+		Client int    `json:"client"`
+		Widest string `json:"widest"`
+	}
+	run(t, ctx, chromedp.Evaluate(`(() => {
+		const d = document.scrollingElement;
+		// The outermost elements that reach past the right edge, not
+		// clipped by a box that scrolls on its own, to name in a failure.
+		const clipped = el => {
+			for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+				if (getComputedStyle(a).overflowX !== "visible") { return true; }
+			}
+			return false;
+		};
+		const out = [];
+		for (const el of document.querySelectorAll("body *")) {
+			const r = el.getBoundingClientRect().right;
+			if (r > d.clientWidth + 0.5 && !clipped(el) && !out.some(o => o.el.contains(el))) {
+				out.push({el, r});
+			}
+		}
+		const name = el => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
+			(typeof el.className === "string" && el.className.trim() ? "." + el.className.trim().split(/\s+/).join(".") : "");
+		return {scroll: d.scrollWidth, client: d.clientWidth,
+			widest: out.slice(0, 4).map(o => name(o.el) + " (" + Math.round(o.r) + "px)").join(", ")};
+	})()`, &m))
+	if m.Client != 390 {
+		// Headless Chromium overlays scrollbars: the viewport is what the
+		// test set, or the check measures something else.
+		t.Fatalf("%s: viewport %d px wide, want 390", name, m.Client)
+	}
+	if m.Scroll > m.Client {
+		t.Errorf("%s scrolls sideways at 390 px: scrollWidth %d > clientWidth %d; sticking out: %s", name, m.Scroll, m.Client, m.Widest)
 	}
 }
 
