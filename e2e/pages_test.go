@@ -262,9 +262,15 @@ func noSidewaysScroll(t *testing.T, ctx context.Context, name string) {
 		const d = document.scrollingElement;
 		// The outermost elements that reach past the right edge, not
 		// clipped by a box that scrolls on its own, to name in a failure.
+		// An absolutely positioned element escapes every box up to its
+		// positioned ancestor, the one that contains it.
 		const clipped = el => {
+			let abs = getComputedStyle(el).position === "absolute";
 			for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
-				if (getComputedStyle(a).overflowX !== "visible") { return true; }
+				const cs = getComputedStyle(a);
+				if (abs && cs.position === "static") { continue; }
+				if (cs.overflowX !== "visible") { return true; }
+				abs = cs.position === "absolute";
 			}
 			return false;
 		};
