@@ -15,8 +15,8 @@ import (
 
 // ConsoleSession serves GET /console/sessions/:id: the escalation package,
 // the takeover forms, the packet, related sessions, the timeline (?type=,
-// paged back with ?before=seq, views.TimelinePage events a page), the state at a version (?version=) and the diff of two versions
-// (?from=&to=).
+// paged back with ?before=seq, views.TimelinePage events a page), the state
+// at a version (?version=) and the diff of two versions (?from=&to=).
 func ConsoleSession(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		d, err := loadSessionPage(c, s, c.Param("id"))

@@ -81,7 +81,8 @@
   // be reachable with the keyboard, or keyboard users cannot read what is
   // cut off (WCAG 2.1.1; axe's scrollable-region-focusable). Only boxes that
   // overflow now become tab stops, named after their table's caption; the
-  // check runs again after htmx swaps and when the window is resized.
+  // check runs again after htmx swaps, when a <details> opens (the audit
+  // rows' JSON) and when the window is resized.
   var scrollBoxes = ".table-wrap, pre.json";
   function markScrollable() {
     document.querySelectorAll(scrollBoxes).forEach(function (el) {
@@ -108,6 +109,8 @@
   var resizeTimer;
   document.addEventListener("DOMContentLoaded", markScrollable);
   document.addEventListener("htmx:afterSettle", markScrollable);
+  // toggle does not bubble: listen in the capture phase.
+  document.addEventListener("toggle", markScrollable, true);
   window.addEventListener("resize", function () {
     clearTimeout(resizeTimer);
     resizeTimer = setTimeout(markScrollable, 150);
