@@ -173,6 +173,12 @@ func TestAccessibility(t *testing.T) {
 		chromedp.WaitVisible(`[data-testid="action-complete"] .field-error`),
 	)
 	check("session page, complete form with an error")
+	run(t, ctx,
+		chromedp.Navigate(e.base+"/console/audit"),
+		chromedp.Click(`[data-testid="audit-row"] summary`),
+		chromedp.WaitVisible(`[data-testid="audit-row"] [data-testid="audit-json"]`),
+	)
+	check("audit trail, a row expanded")
 	var item struct {
 		SessionID string
 		AtVersion int64
