@@ -77,12 +77,19 @@ func browser(t *testing.T) context.Context {
 }
 
 // tab opens a tab in a fresh browser context (its own cookies) with a
-// deadline, and fails the test if the page raises a JavaScript dialog.
+// 30-second deadline, and fails the test if the page raises a JavaScript
+// dialog.
 //
 // The browser context and its window are created by hand: current Chromium
 // refuses a plain new tab in a context that has no window yet, which is what
 // chromedp.WithNewBrowserContext asks for.
 func tab(t *testing.T) context.Context {
+	t.Helper()
+	return tabWithin(t, 30*time.Second)
+}
+
+// tabWithin is tab with another deadline, for tests that visit every page.
+func tabWithin(t *testing.T, deadline time.Duration) context.Context {
 	t.Helper()
 	b := browser(t)
 	var (
@@ -108,7 +115,7 @@ func tab(t *testing.T) context.Context {
 	})
 	ctx, cancel := chromedp.NewContext(b, chromedp.WithTargetID(tid))
 	t.Cleanup(cancel)
-	ctx, cancelT := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, deadline)
 	t.Cleanup(cancelT)
 	chromedp.ListenTarget(ctx, func(ev any) {
 		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {

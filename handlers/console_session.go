@@ -14,14 +14,21 @@ import (
 )
 
 // ConsoleSession serves GET /console/sessions/:id: the escalation package,
-// the takeover forms, the packet, related sessions, the timeline (?type=),
-// the state at a version (?version=) and the diff of two versions
-// (?from=&to=).
+// the takeover forms, the packet, related sessions, the timeline (?type=,
+// paged back with ?before=seq, views.TimelinePage events a page), the state
+// at a version (?version=) and the diff of two versions (?from=&to=).
 func ConsoleSession(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		d, err := loadSessionPage(c, s, c.Param("id"))
 		if err != nil {
 			return err
+		}
+		if raw := c.QueryParam("before"); raw != "" {
+			b, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+			if err != nil || b < 1 {
+				return &models.ValidationError{Fields: []models.FieldError{{Field: "before", Message: "must be a whole number of at least 1"}}}
+			}
+			d.EventsBefore = b
 		}
 		status := http.StatusOK
 		if err := loadHistory(c, s, &d); err != nil {

@@ -76,4 +76,43 @@
       el.form.requestSubmit();
     }
   });
+
+  // A box that scrolls on its own (a wide table, a long JSON document) must
+  // be reachable with the keyboard, or keyboard users cannot read what is
+  // cut off (WCAG 2.1.1; axe's scrollable-region-focusable). Only boxes that
+  // overflow now become tab stops, named after their table's caption; the
+  // check runs again after htmx swaps, when a <details> opens (the audit
+  // rows' JSON) and when the window is resized.
+  var scrollBoxes = ".table-wrap, pre.json";
+  function markScrollable() {
+    document.querySelectorAll(scrollBoxes).forEach(function (el) {
+      var overflows = el.scrollWidth > el.clientWidth + 1 || el.scrollHeight > el.clientHeight + 1;
+      if (overflows && !el.hasAttribute("tabindex")) {
+        el.setAttribute("tabindex", "0");
+        el.setAttribute("data-scroll-focus", "");
+        if (!el.hasAttribute("role")) {
+          el.setAttribute("data-scroll-focus", "region");
+          var caption = el.querySelector("caption");
+          el.setAttribute("role", "region");
+          el.setAttribute("aria-label", caption ? caption.textContent.trim() : (el.getAttribute("data-field") || "scrollable content"));
+        }
+      } else if (!overflows && el.hasAttribute("data-scroll-focus")) {
+        el.removeAttribute("tabindex");
+        if (el.getAttribute("data-scroll-focus") === "region") {
+          el.removeAttribute("role");
+          el.removeAttribute("aria-label");
+        }
+        el.removeAttribute("data-scroll-focus");
+      }
+    });
+  }
+  var resizeTimer;
+  document.addEventListener("DOMContentLoaded", markScrollable);
+  document.addEventListener("htmx:afterSettle", markScrollable);
+  // toggle does not bubble: listen in the capture phase.
+  document.addEventListener("toggle", markScrollable, true);
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(markScrollable, 150);
+  });
 })();

@@ -2,8 +2,9 @@
 // write path: every session, event, delegation and lease in it was made by
 // the same commands the API and the console use (CreateSession, Delegate,
 // Claim, SubmitResult, RescueExpired, Transition, the takeover actions,
-// ProvideInput, SpawnChildren), so the seeded database verifies clean and
-// the console shows what the product really produces.
+// ProvideInput, SpawnChildren, and the reviewer's ClaimNextReview and
+// ScoreReview), so the seeded database verifies clean and the console shows
+// what the product really produces.
 //
 // The seed runs on a demo clock: Store.Now is moved through the past six
 // days while the stories are played, and restored afterwards. Seed must
@@ -105,7 +106,7 @@ func Seed(ctx context.Context, s *models.Store) (Result, error) {
 	if d.agent, err = demoUser(ctx, s, &res, AgentEmail, "Alex Agent", models.RoleAgent); err != nil {
 		return res, err
 	}
-	if _, err = demoUser(ctx, s, &res, ReviewerEmail, "Riley Reviewer", models.RoleReviewer); err != nil {
+	if d.reviewer, err = demoUser(ctx, s, &res, ReviewerEmail, "Riley Reviewer", models.RoleReviewer); err != nil {
 		return res, err
 	}
 	if err := seedRoutes(ctx, s); err != nil {
@@ -165,13 +166,14 @@ func demoUser(ctx context.Context, s *models.Store, res *Result, email, name str
 // seeder plays the stories. It keeps the first error and turns every later
 // call into a no-op, so that the stories read as plain sequences.
 type seeder struct {
-	ctx     context.Context
-	s       *models.Store
-	now     time.Time // the real time when seeding started
-	clock   time.Time // the demo clock
-	agent   models.User
-	created int
-	err     error
+	ctx      context.Context
+	s        *models.Store
+	now      time.Time // the real time when seeding started
+	clock    time.Time // the demo clock
+	agent    models.User
+	reviewer models.User
+	created  int
+	err      error
 }
 
 func (d *seeder) fail(what string, err error) {
@@ -518,23 +520,6 @@ func (d *seeder) play() {
 			Output:   output(map[string]any{"status": "in delivery", "eta": "tomorrow before 12:00"}),
 			Evidence: []models.Evidence{ev("carrier scan: out for delivery from Leipzig hub", "dhl-api:JD014600006281178")}})
 
-	// T-1182: a refund above the limit, escalated with a full package.
-	d.session(5*day+12*hour, 2, ticket("T-1182", "Refund order 1182: espresso machine arrived broken (240 EUR)", map[string]any{
-		"order_id": "1182", "order_total": "240.00 EUR", "customer_email": "j.okafor@example.org", "payment": "card"}, refundPolicy)).
-		delegate("refunds", "check-eligibility", "Check the order against the refund policy; escalate above the limit.", delegation{}).
-		claim("refunds-worker-2").
-		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "issue-refund",
-			Output: output(map[string]any{"eligible": "needs approval", "amount_eur": 240.00}),
-			Evidence: []models.Evidence{
-				ev("order 1182 paid 240.00 EUR by card on 2026-11-18", "orders-db:1182"),
-				ev("customer photo shows a cracked water tank", "helpdesk:T-1182#att-2"),
-				ev("no earlier refund for order 1182", "payments-api:refunds?order=1182"),
-			},
-			Risks: []string{"refund of 240.00 EUR exceeds the 200 EUR automatic limit",
-				"the carrier's damage claim may cover part of the cost; refunding first may forfeit it"},
-			Uncertainty: uncertain(0.25, "damage in transit is likely but not confirmed by the carrier"),
-			Question:    "Approve a full refund of 240.00 EUR to the original card, or offer a replacement machine instead?"})
-
 	// T-1190: the first worker crashed without sending a result; its lease
 	// ran out, the rescuer re-queued the delegation and attempt 2 completed.
 	d.session(5*day, 3, ticket("T-1190", "Compensate late delivery of order 1190 (15 EUR voucher)", map[string]any{
@@ -672,57 +657,17 @@ func (d *seeder) play() {
 			Output:   output(map[string]any{"shipment": "SHP-77120"}),
 			Evidence: []models.Evidence{ev("replacement shipment SHP-77120 created", "warehouse-api:shipments/SHP-77120")}})
 
-	// T-1218: a GDPR export whose worker kept dying: attempts exhausted.
-	d.session(2*day+6*hour, 2, ticket("T-1218", "GDPR data export for customer C-55218", map[string]any{
-		"customer_id": "C-55218", "legal_deadline": "2026-12-20"}, "deliver the export only to the verified account e-mail")).
-		delegate("accounts", "export-data", "Collect the customer's data from all systems into one archive.", delegation{maxAttempts: 2, leaseSeconds: 30}).
-		claim("accounts-worker-2").
-		wait(2 * time.Minute).
-		rescue().
-		claim("accounts-worker-1").
-		wait(2 * time.Minute).
-		rescue()
-
-	// T-1220: a controller escalated an enterprise chargeback threat.
-	d.session(2*day, 1, ticket("T-1220", "Enterprise customer C-00017 threatens a chargeback on invoice 1220", map[string]any{
-		"customer_id": "C-00017", "invoice_id": "INV-2026-1220", "amount": "4800.00 EUR"})).
-		transition(models.EventSessionEscalated, "enterprise account with a chargeback threat; needs the account manager",
-			"Call the customer's finance contact before the chargeback deadline on Friday?")
-
-	// T-1222: an agent looked, noted, and released it for a specialist.
-	d.session(day+20*hour, 3, ticket("T-1222", "Customs fees dispute on order 1222 (import to Switzerland)", map[string]any{
-		"order_id": "1222", "destination": "CH", "fees_charged": "38.40 CHF"})).
-		delegate("shipping", "review-customs", "Check whether the customs fees were announced at checkout.", delegation{}).
-		claim("shipping-worker-1").
-		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "refund-customs-fees",
-			Evidence:    []models.Evidence{ev("checkout page showed 'duties may apply'", "web-archive:checkout/2026-11-10")},
-			Uncertainty: uncertain(0.5, "wording may not meet Swiss disclosure rules"),
-			Question:    "Do we refund the 38.40 CHF customs fees as a goodwill gesture?"}).
-		wait(30*time.Minute).
-		takeClaim().
-		note("Not sure about Swiss disclosure rules; this needs someone from the CH team.", "", "").
-		release("Needs someone who knows Swiss customs rules")
-
-	// T-1224: a double charge, being worked by the demo agent right now.
-	d.session(day+12*hour, 1, ticket("T-1224", "Customer charged twice for order 1224 (2 x 89.90 EUR)", map[string]any{
-		"order_id": "1224", "order_total": "89.90 EUR", "psp_charges": "ch_1224a, ch_1224b"})).
-		delegate("billing", "investigate-double-charge", "Find out whether both charges were captured.", delegation{}).
-		claim("billing-worker-2").
-		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "refund-duplicate-charge",
-			Evidence: []models.Evidence{ev("charge ch_1224a captured 89.90 EUR", "psp:ch_1224a"),
-				ev("charge ch_1224b captured 89.90 EUR 4 seconds later", "psp:ch_1224b")},
-			Risks:       []string{"customer's bank may already have opened a dispute", "refunding the wrong charge breaks the order's payment link"},
-			Uncertainty: uncertain(0.15, ""), Question: "Refund the duplicate capture ch_1224b of 89.90 EUR?"}).
-		wait(20*time.Minute).
-		takeClaim().
-		note("Checked the PSP dashboard: the second capture is real, not a pending authorisation.", "ch_1224b settled", "psp-dashboard:ch_1224b")
-
 	// T-1226: paused while running, at the customer's request.
 	d.session(day+6*hour, 4, ticket("T-1226", "Merge duplicate customer accounts C-30112 and C-30877", map[string]any{
 		"customer_id": "C-30112", "duplicate_id": "C-30877"})).
 		delegate("accounts", "merge-accounts", "Merge the duplicate into the older account, keeping order history.", delegation{}).
 		claim("accounts-worker-1").
 		transition(models.EventSessionPaused, "customer asked us to wait until their new company e-mail is set up", "")
+
+	// The demo reviewer scores the escalations decided so far, so that the
+	// review statistics have something to show; the later decisions stay
+	// in the review queue.
+	d.review(reviewScores)
 
 	// T-1228: cancelled as a duplicate ticket.
 	d.session(day, 3, ticket("T-1228", "Refund order 1182 (second ticket from the same customer)", map[string]any{
@@ -754,6 +699,117 @@ func (d *seeder) play() {
 			Evidence: []models.Evidence{ev("LMP-220-WHT: 0 in stock, next delivery 2027-01-08", "warehouse-api:stock/LMP-220-WHT")}}).
 		wait(3*hour).
 		provide("Customer accepts the black variant.", map[string]any{"sku": "LMP-220-BLK"})
+
+	// The open escalations, in human hands now. Their SLA clocks run from
+	// when they escalated, relative to the real time of the seed, so that
+	// the inbox and the metrics show a realistic mix: most within their
+	// SLA, two near breach, one breached (models.DefaultSLAPolicy: P1 15m,
+	// P2 1h, P3 4h, P4 24h, P5 72h; near breach after 80%).
+
+	// T-1222: an agent looked, noted, and released it for a specialist;
+	// low priority, well within its SLA.
+	d.session(8*hour+30*time.Minute, 5, ticket("T-1222", "Customs fees dispute on order 1222 (import to Switzerland)", map[string]any{
+		"order_id": "1222", "destination": "CH", "fees_charged": "38.40 CHF"})).
+		delegate("shipping", "review-customs", "Check whether the customs fees were announced at checkout.", delegation{}).
+		claim("shipping-worker-1").
+		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "refund-customs-fees",
+			Evidence:    []models.Evidence{ev("checkout page showed 'duties may apply'", "web-archive:checkout/2026-11-10")},
+			Uncertainty: uncertain(0.5, "wording may not meet Swiss disclosure rules"),
+			Question:    "Do we refund the 38.40 CHF customs fees as a goodwill gesture?"}).
+		wait(30*time.Minute).
+		takeClaim().
+		note("Not sure about Swiss disclosure rules; this needs someone from the CH team.", "", "").
+		release("Needs someone who knows Swiss customs rules")
+
+	// T-1218: a GDPR export whose worker kept dying: attempts exhausted,
+	// escalated to a human; the legal deadline is weeks away (within SLA).
+	d.session(7*hour, 4, ticket("T-1218", "GDPR data export for customer C-55218", map[string]any{
+		"customer_id": "C-55218", "legal_deadline": "2026-12-20"}, "deliver the export only to the verified account e-mail")).
+		delegate("accounts", "export-data", "Collect the customer's data from all systems into one archive.", delegation{maxAttempts: 2, leaseSeconds: 30}).
+		claim("accounts-worker-2").
+		wait(2 * time.Minute).
+		rescue().
+		claim("accounts-worker-1").
+		wait(2 * time.Minute).
+		rescue()
+
+	// T-1252: a warranty claim just outside the warranty; within its SLA.
+	d.session(6*hour, 4, ticket("T-1252", "Warranty claim for headphones from order 1252, 3 days past the 2-year warranty", map[string]any{
+		"order_id": "1252", "order_total": "149.00 EUR", "delivered": "2024-11-27"})).
+		delegate("refunds", "check-warranty", "Check the claim against the warranty terms.", delegation{}).
+		claim("refunds-worker-2").
+		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "issue-refund",
+			Evidence:    []models.Evidence{ev("delivered 2024-11-27; warranty ended 2026-11-27", "orders-db:1252")},
+			Risks:       []string{"a goodwill exception may be expected by other customers"},
+			Uncertainty: uncertain(0.3, "the defect may have started inside the warranty"),
+			Question:    "Make a goodwill exception for a claim 3 days after the warranty ended?"})
+
+	// T-1258: a bulk discount request the controller sent straight to a
+	// human; low priority, within its SLA.
+	d.session(5*hour, 5, ticket("T-1258", "Quote a volume discount for 40 office chairs (customer C-41258)", map[string]any{
+		"customer_id": "C-41258", "quantity": 40, "sku": "CHR-OFF-100"})).
+		transition(models.EventSessionEscalated, "volume discounts are decided by sales",
+			"Offer 12% for 40 chairs, as the price list allows from 25 units?")
+
+	// T-1254: an address change for a parcel the carrier already has;
+	// most of its 4 hours are gone (near breach).
+	d.session(3*hour+25*time.Minute, 3, ticket("T-1254", "Redirect parcel for order 1254 to a pick-up point", map[string]any{
+		"order_id": "1254", "carrier": "DHL", "tracking_number": "JD014600006281254"})).
+		delegate("shipping", "redirect-parcel", "Ask the carrier to redirect the parcel to the pick-up point.", delegation{}).
+		claim("shipping-worker-1").
+		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "redirect-parcel",
+			Evidence: []models.Evidence{ev("carrier refuses redirects requested by the sender after the first delivery attempt", "dhl-api:JD014600006281254")},
+			Question: "Ask the customer to redirect it themselves with the carrier's link?"})
+
+	// T-1256: copies of a year's invoices for an audit; within its SLA.
+	d.session(2*hour, 4, ticket("T-1256", "Send copies of all 2025 invoices to customer C-11256 for their audit", map[string]any{
+		"customer_id": "C-11256", "year": 2025})).
+		delegate("billing", "collect-invoices", "Collect the customer's invoices of 2025 into one PDF.", delegation{}).
+		claim("billing-worker-1").
+		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "send-invoices",
+			Evidence: []models.Evidence{ev("14 invoices found; 2 were issued to a former billing address", "billing-api:invoices?customer=C-11256&year=2025")},
+			Risks:    []string{"sending invoices with a former address may disclose data of the customer's previous company"},
+			Question: "Send all 14, or only the 12 issued to the current company?"})
+
+	// T-1182: a refund above the limit, escalated with a full package;
+	// within its SLA.
+	d.session(90*time.Minute, 3, ticket("T-1182", "Refund order 1182: espresso machine arrived broken (240 EUR)", map[string]any{
+		"order_id": "1182", "order_total": "240.00 EUR", "customer_email": "j.okafor@example.org", "payment": "card"}, refundPolicy)).
+		delegate("refunds", "check-eligibility", "Check the order against the refund policy; escalate above the limit.", delegation{}).
+		claim("refunds-worker-2").
+		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "issue-refund",
+			Output: output(map[string]any{"eligible": "needs approval", "amount_eur": 240.00}),
+			Evidence: []models.Evidence{
+				ev("order 1182 paid 240.00 EUR by card on 2026-11-18", "orders-db:1182"),
+				ev("customer photo shows a cracked water tank", "helpdesk:T-1182#att-2"),
+				ev("no earlier refund for order 1182", "payments-api:refunds?order=1182"),
+			},
+			Risks: []string{"refund of 240.00 EUR exceeds the 200 EUR automatic limit",
+				"the carrier's damage claim may cover part of the cost; refunding first may forfeit it"},
+			Uncertainty: uncertain(0.25, "damage in transit is likely but not confirmed by the carrier"),
+			Question:    "Approve a full refund of 240.00 EUR to the original card, or offer a replacement machine instead?"})
+
+	// T-1220: a controller escalated an enterprise chargeback threat;
+	// nobody took it within the hour of its priority: the breached one.
+	d.session(80*time.Minute, 2, ticket("T-1220", "Enterprise customer C-00017 threatens a chargeback on invoice 1220", map[string]any{
+		"customer_id": "C-00017", "invoice_id": "INV-2026-1220", "amount": "4800.00 EUR"})).
+		transition(models.EventSessionEscalated, "enterprise account with a chargeback threat; needs the account manager",
+			"Call the customer's finance contact before the chargeback deadline on Friday?")
+
+	// T-1224: a double charge, being worked by the demo agent right now;
+	// most of its hour is gone (near breach).
+	d.session(52*time.Minute, 2, ticket("T-1224", "Customer charged twice for order 1224 (2 x 89.90 EUR)", map[string]any{
+		"order_id": "1224", "order_total": "89.90 EUR", "psp_charges": "ch_1224a, ch_1224b"})).
+		delegate("billing", "investigate-double-charge", "Find out whether both charges were captured.", delegation{}).
+		claim("billing-worker-2").
+		result(models.ResultInput{ResultType: models.ResultEscalated, NextStep: "refund-duplicate-charge",
+			Evidence: []models.Evidence{ev("charge ch_1224a captured 89.90 EUR", "psp:ch_1224a"),
+				ev("charge ch_1224b captured 89.90 EUR 4 seconds later", "psp:ch_1224b")},
+			Risks:       []string{"customer's bank may already have opened a dispute", "refunding the wrong charge breaks the order's payment link"},
+			Uncertainty: uncertain(0.15, ""), Question: "Refund the duplicate capture ch_1224b of 89.90 EUR?"}).
+		wait(15*time.Minute).
+		takeClaim().
+		note("Checked the PSP dashboard: the second capture is real, not a pending authorisation.", "ch_1224b settled", "psp-dashboard:ch_1224b")
 
 	// T-1247: the carrier lost a parcel; filing the carrier claim is a
 	// step nobody has routed (the claims team does it by hand), so the
@@ -833,6 +889,51 @@ func (d *seeder) play() {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// reviewScore is one review the demo reviewer gives, in the queue's order.
+type reviewScore struct {
+	goal, state, evidence, risks, next int
+	comment                            string
+}
+
+// reviewScores are the demo reviews: mostly good packages, with the usual
+// weak spots (risks left implicit, thin evidence).
+var reviewScores = []reviewScore{
+	{5, 5, 4, 4, 5, "Clear question, the order and payment checked; the carrier claim risk was worth naming."},
+	{4, 5, 3, 2, 4, "Only the return parcel as evidence; the condition of the boots was not shown."},
+	{5, 4, 4, 3, 3, "Policy reference was right, but the package did not suggest what to offer instead."},
+	{3, 4, 2, 3, 4, "The customer's claim of a cancellation had no source; the agent had to ask."},
+	{4, 3, 4, 4, 5, "Stock status was a day old by the time the agent looked."},
+	{4, 4, 4, 4, 4, ""},
+}
+
+// review has the demo reviewer take the next items of the review queue and
+// score them, a few minutes each, until the scores or the queue run out. An
+// item that needs a second reviewer (ReviewPolicy.DoubleShare) keeps waiting
+// for one after the demo reviewer's score.
+func (d *seeder) review(scores []reviewScore) {
+	for _, sc := range scores {
+		if d.err != nil {
+			return
+		}
+		k, ok, err := d.s.ClaimNextReview(d.ctx, d.reviewer, d.s.Reviews)
+		if err != nil {
+			d.fail("review: claim next", err)
+			return
+		}
+		if !ok {
+			return
+		}
+		d.wait(4 * time.Minute)
+		_, err = d.s.ScoreReview(d.ctx, d.reviewer, "", models.ScoreInput{Key: k, Comment: sc.comment, Scores: map[string]int{
+			models.CriterionGoalClear: sc.goal, models.CriterionStateCurrent: sc.state,
+			models.CriterionEvidenceSufficient: sc.evidence, models.CriterionRisksExplicit: sc.risks,
+			models.CriterionNextStepActionable: sc.next,
+		}})
+		d.fail("review: score "+k.SessionID, err)
+		d.wait(time.Minute)
+	}
+}
 
 // legacyPassword is the fixed password that releases before random demo
 // passwords gave both demo users, and that their README published. It is

@@ -60,6 +60,8 @@ func TestSeed(t *testing.T) {
 		}
 
 		checkStories(ctx, t, s)
+		checkSLAMix(ctx, t, s)
+		checkReviews(ctx, t, s, fixed)
 
 		// The demo users were created with random passwords, returned once,
 		// which log them in; no two databases share them.
@@ -249,5 +251,54 @@ func checkStories(ctx context.Context, t *testing.T, s *models.Store) {
 	d, err := s.GetDelegation(ctx, running.Delegation.ID)
 	if err != nil || !d.LeaseExpiresAt.Valid || !d.LeaseExpiresAt.Time.After(s.Now()) {
 		t.Errorf("T-1236 delegation = %+v, %v", d, err)
+	}
+}
+
+// checkSLAMix: the open escalations stand against their SLA as a real team's
+// would at the time of the seed: most within it, a couple near breach, one
+// breached.
+func checkSLAMix(ctx context.Context, t *testing.T, s *models.Store) {
+	t.Helper()
+	st, err := s.SLAStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Breached != 1 || st.NearBreach != 2 || st.OK != 6 || st.Open != 9 {
+		t.Errorf("SLA mix = %+v, want 6 within, 2 near breach, 1 breached", st)
+	}
+	// The inbox agrees, row by row.
+	page, err := s.Inbox(ctx, models.InboxOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byState := map[models.SLAState][]string{}
+	for _, r := range page.Rows {
+		byState[r.SLA.State] = append(byState[r.SLA.State], r.TicketRef)
+	}
+	if got := byState[models.SLABreached]; len(got) != 1 || got[0] != "T-1220" {
+		t.Errorf("breached in the inbox: %v", got)
+	}
+	if got := byState[models.SLANearBreach]; len(got) != 2 {
+		t.Errorf("near breach in the inbox: %v", got)
+	}
+}
+
+// checkReviews: the demo reviewer's scores make the review statistics
+// non-empty, and decided escalations are left in the queue to review.
+func checkReviews(ctx context.Context, t *testing.T, s *models.Store, now time.Time) {
+	t.Helper()
+	st, err := s.ReviewStatsFor(ctx, models.ReviewStatsOpts{From: now.Add(-30 * 24 * time.Hour), To: now.Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Overall.Scores < 3 || len(st.Overall.Means) != len(models.Rubric) || len(st.ByQueue) == 0 || len(st.ByWeek) == 0 {
+		t.Errorf("review statistics = %+v", st)
+	}
+	var open int64
+	if err := s.DB.Raw(`SELECT count(*) FROM review_items WHERE scored < needed`).Scan(&open).Error; err != nil {
+		t.Fatal(err)
+	}
+	if open < 2 {
+		t.Errorf("%d review items left to score, want the later decisions", open)
 	}
 }
