@@ -67,10 +67,13 @@ $(PY_VENV)/.installed: client/python/pyproject.toml scripts/python-venv.sh
 	scripts/python-venv.sh
 
 # test-go expects TASKPILOTS_TEST_DATABASE_URL to answer; `make test` sees to it.
+# -timeout: cmd/taskpilots (the CLI, the drill, every SDK's suite against a
+# real server) takes about two minutes on a quiet machine; the default ten
+# minutes per package is too tight on a loaded one.
 test-go:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
 	cd $(CLIENT_DIR) && $(GO) test -count=1 ./...
-	$(GO) test -race -short -count=1 $(RACE_PKGS)
+	$(GO) test -race -short -count=1 -timeout 30m $(RACE_PKGS)
 	cd $(CLIENT_DIR) && $(GO) test -race -short -count=1 ./...
 
 test-race: npm-deps ## only the -race run

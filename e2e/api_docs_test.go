@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -16,7 +17,9 @@ import (
 // (Redoc's badge logo on a CDN).
 func TestAPIDocsRenders(t *testing.T) {
 	e := newEnv(t)
-	ctx := tab(t)
+	// Redoc parses the whole OpenAPI document in the page: seconds on a
+	// quiet machine, far more on a loaded one.
+	ctx := tabWithin(t, 90*time.Second)
 	// Registered before any page script runs (DevTools scripts are exempt
 	// from the policy), so that every violation is recorded.
 	run(t, ctx, chromedp.ActionFunc(func(ctx context.Context) error {
