@@ -179,12 +179,19 @@ func takeoverPolicy(a TakeoverAction, u User, st State) (refusal, string) {
 		if !admin {
 			return refusedRole, "only an admin can pause, resume, cancel or escalate a session"
 		}
-		if !Allowed(st.Status, controlEvent(a)) {
-			return refusedState, fmt.Sprintf("a session that is %s cannot be %s", st.Status, controlVerb(a))
-		}
-		return allowed, ""
+		return controlRefusal(a, st)
 	}
 	return refusedState, fmt.Sprintf("unknown action %q", a)
+}
+
+// controlRefusal is the state part of the policy for a session control:
+// the transition table. A controller's token, which the policy's user roles
+// do not cover, is judged by it alone (bulk actions through the API).
+func controlRefusal(a TakeoverAction, st State) (refusal, string) {
+	if !Allowed(st.Status, controlEvent(a)) {
+		return refusedState, fmt.Sprintf("a session that is %s cannot be %s", st.Status, controlVerb(a))
+	}
+	return allowed, ""
 }
 
 func controlVerb(a TakeoverAction) string {
