@@ -167,6 +167,7 @@ var accessMatrix = map[string]routeCase{
 	"POST /api/v1/sessions/:id/resume":       {path: "/api/v1/sessions/ses_missing/resume", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/escalate":     {path: "/api/v1/sessions/ses_missing/escalate", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/cancel":       {path: "/api/v1/sessions/ses_missing/cancel", want: ctlAPI(422)},
+	"POST /api/v1/sessions/bulk":             {want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/delegations":  {path: "/api/v1/sessions/ses_missing/delegations", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/children":     {path: "/api/v1/sessions/ses_missing/children", want: ctlAPI(422)},
 	"POST /api/v1/sessions/:id/input":        {path: "/api/v1/sessions/ses_missing/input", want: ctlAPI(422)},
