@@ -104,6 +104,7 @@ var accessMatrix = map[string]routeCase{
 	"GET /console/inbox":                               {want: pageAccess(200, 403, 200)},
 	"GET /console/sessions":                            {want: pageAccess(200, 200, 200)},
 	"GET /console/sessions/:id":                        {path: "/console/sessions/ses_missing", want: pageAccess(404, 404, 404)},
+	"POST /console/sessions/bulk":                      {want: formAccess(422, 403, 422)},
 	"POST /console/sessions/:id/claim":                 {path: "/console/sessions/ses_missing/claim", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/release":               {path: "/console/sessions/ses_missing/release", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/force-release":         {path: "/console/sessions/ses_missing/force-release", want: formAccess(403, 403, 404)},

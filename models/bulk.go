@@ -86,6 +86,20 @@ func BulkActionsFor(u User) []BulkAction {
 	return out
 }
 
+// BulkRoles are the user roles the takeover policy lets take some bulk
+// action (the console route lets them through; Bulk judges each session).
+func BulkRoles() []Role {
+	var out []Role
+	for _, a := range ConsoleBulkActions {
+		for _, r := range ActionRoles(a.takeover()) {
+			if !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
 // BulkFilter selects sessions the way GET /api/v1/sessions does (same
 // names, same meaning, through ListSessions). Status may list several
 // statuses separated by commas.
