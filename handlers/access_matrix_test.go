@@ -112,6 +112,7 @@ var accessMatrix = map[string]routeCase{
 	"POST /console/sessions/:id/pause":                 {path: "/console/sessions/ses_missing/pause", want: formAccess(403, 403, 404)},
 	"POST /console/sessions/:id/unpause":               {path: "/console/sessions/ses_missing/unpause", want: formAccess(403, 403, 404)},
 	"POST /console/sessions/:id/cancel":                {path: "/console/sessions/ses_missing/cancel", want: formAccess(403, 403, 404)},
+	"POST /console/sessions/:id/reassign":              {path: "/console/sessions/ses_missing/reassign", want: formAccess(403, 403, 404)},
 	"POST /console/sessions/:id/escalate":              {path: "/console/sessions/ses_missing/escalate", want: formAccess(403, 403, 404)},
 	"POST /console/sessions/:id/note":                  {path: "/console/sessions/ses_missing/note", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/request-input":         {path: "/console/sessions/ses_missing/request-input", want: formAccess(404, 403, 404)},

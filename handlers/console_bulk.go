@@ -1,9 +1,11 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -13,17 +15,30 @@ import (
 )
 
 // NewBulkForm is the bulk form of a list for u: the actions the takeover
-// policy lets u's role take, the list's filter when "all matching" can
-// mean it, and a fresh idempotency key.
-func NewBulkForm(u *models.User, returnTo string, filter *models.BulkFilter) views.BulkForm {
+// policy lets u's role take, the people a reassign may choose, the list's
+// filter when "all matching" can mean it, and a fresh idempotency key.
+func NewBulkForm(ctx context.Context, s *models.Store, u *models.User, returnTo string, filter *models.BulkFilter) (views.BulkForm, error) {
 	if u == nil {
-		return views.BulkForm{}
+		return views.BulkForm{}, nil
 	}
 	f := views.BulkForm{Actions: models.BulkActionsFor(*u), ReturnTo: returnTo, FormKey: "bulk-" + models.RandomSecret(12)}
 	if filter != nil && !filter.Empty() {
 		f.Filter = filter
 	}
-	return f
+	// Without a store (the inbox's live refresh, which renders no form) the
+	// people are not listed.
+	if s != nil && slices.Contains(f.Actions, models.BulkReassign) {
+		users, err := s.ListUsers(ctx)
+		if err != nil {
+			return f, fmt.Errorf("bulk form: %w", err)
+		}
+		for _, x := range users {
+			if x.CanTakeOver() {
+				f.Assignees = append(f.Assignees, x)
+			}
+		}
+	}
+	return f, nil
 }
 
 // ConsoleBulk serves POST /console/sessions/bulk: the bulk form of the
@@ -45,14 +60,18 @@ func ConsoleBulk(s *models.Store) echo.HandlerFunc {
 			TicketRef: params.Get("filter_ticket_ref"), Q: params.Get("filter_q")}); !bf.Empty() {
 			filter = &bf
 		}
-		form := NewBulkForm(u, localReturn(params.Get("return_to")), filter)
+		form, err := NewBulkForm(c.Request().Context(), s, u, localReturn(params.Get("return_to")), filter)
+		if err != nil {
+			return err
+		}
 		if k := params.Get("idempotency_key"); k != "" {
 			form.FormKey = k
 		}
 		form.Action = models.BulkAction(strings.TrimSpace(params.Get("action")))
 		form.Reason = params.Get("reason")
+		form.To = strings.TrimSpace(params.Get("to"))
 		form.AllMatching = params.Get("all_matching") != ""
-		in := models.BulkInput{Action: form.Action, Reason: form.Reason, DryRun: params.Get("dry_run") != ""}
+		in := models.BulkInput{Action: form.Action, Reason: form.Reason, DryRun: params.Get("dry_run") != "", To: form.To}
 		if form.AllMatching {
 			// The filter of the list the form came from; an empty one is
 			// refused by Validate, which names "filter".
@@ -93,7 +112,7 @@ func renderBulkRefused(c echo.Context, form views.BulkForm, err error) error {
 			form.Problem = form.Errors["filter"]
 		}
 		for k, m := range form.Errors {
-			if k != "action" && k != "reason" && k != "session_ids" && k != "filter" {
+			if k != "action" && k != "reason" && k != "session_ids" && k != "filter" && (k != "to" || len(form.Assignees) == 0) {
 				form.Problem = strings.TrimSpace(form.Problem + " " + m)
 			}
 		}
@@ -116,6 +135,8 @@ func bulkFieldText(f models.FieldError) (field, msg string) {
 		return "session_ids", "Select at least one session, or tick “all matching this filter”."
 	case f.Field == "action" && strings.HasPrefix(f.Message, "is required"):
 		return "action", "Choose an action."
+	case f.Field == "to" && strings.HasPrefix(f.Message, "is required"):
+		return "to", "Choose the person to reassign the sessions to."
 	case strings.HasPrefix(f.Field, "session_ids["):
 		return "session_ids", "A selected session id is not valid: " + f.Message + "."
 	case strings.HasPrefix(f.Field, "filter"):

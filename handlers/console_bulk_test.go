@@ -62,7 +62,7 @@ func TestConsoleBulkFromSessionsList(t *testing.T) {
 			val, _ := o.Attr("value")
 			offered = append(offered, val)
 		})
-		if strings.Join(offered, ",") != "cancel,pause,resume,escalate,release" {
+		if strings.Join(offered, ",") != "cancel,pause,resume,escalate,release,reassign" {
 			t.Fatalf("admin is offered %v", offered)
 		}
 
@@ -176,6 +176,29 @@ func TestConsoleBulkFollowsPolicy(t *testing.T) {
 		}
 		if st := mustStatus(t, s, sid); st != models.StatusEscalated {
 			t.Fatalf("released session is %s", st)
+		}
+
+		// An admin hands it back to Ann: the form lists the people who
+		// can take over sessions, not the reviewer.
+		root, _ := agent(t, b, "Ada Admin", models.RoleAdmin)
+		doc = getDoc(root, "/console/inbox")
+		if doc.Find(`#bulk-to option[value="`+annU.ID+`"]`).Length() != 1 || strings.Contains(doc.Find(`#bulk-to`).Text(), "Rita") {
+			t.Fatalf("reassign choices: %q", doc.Find(`#bulk-to`).Text())
+		}
+		form = bulkFormValues(t, doc, sid)
+		form.Set("action", "reassign")
+		noWrites(t, s, func() {
+			if p := root.post("/console/sessions/bulk", form); p.StatusCode != http.StatusUnprocessableEntity ||
+				p.Doc(t).Find(`[data-testid="field-error"][data-field="to"]`).Length() != 1 {
+				t.Fatalf("reassign to nobody: %d\n%s", p.StatusCode, p.Body)
+			}
+		})
+		form.Set("to", annU.ID)
+		if d := root.post("/console/sessions/bulk", form).Doc(t); d.Find(`[data-testid="bulk-applied"]`).AttrOr("data-session-id", "") != sid {
+			t.Fatalf("reassign: %s", d.Find("main").Text())
+		}
+		if row, _ := s.GetSession(ctx, sid); row.Status != models.StatusHumanActive || row.Assignee != annU.Actor() {
+			t.Fatalf("after reassign: %s %q", row.Status, row.Assignee)
 		}
 
 		if n := getDoc(rev, "/console/sessions").Find(`[data-testid="bulk-select"], [data-testid="bulk-action"]`).Length(); n != 0 {

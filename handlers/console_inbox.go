@@ -36,8 +36,14 @@ func ConsoleInbox(s *models.Store) echo.HandlerFunc {
 		if err != nil {
 			return fmt.Errorf("inbox: %w", err)
 		}
-		d := views.InboxData{Filter: f, After: after, Page: page, Names: names, Now: s.Now().UTC(),
-			Bulk: NewBulkForm(u, c.Request().URL.RequestURI(), inboxBulkFilter(f))}
+		d := views.InboxData{Filter: f, After: after, Page: page, Names: names, Now: s.Now().UTC()}
+		store := s
+		if isHTMX(c) {
+			store = nil // the fragment has the checkboxes, not the form
+		}
+		if d.Bulk, err = NewBulkForm(ctx, store, u, c.Request().URL.RequestURI(), inboxBulkFilter(f)); err != nil {
+			return err
+		}
 		if isHTMX(c) {
 			return Render(c, http.StatusOK, views.InboxList(d))
 		}

@@ -71,7 +71,9 @@ func SessionsPage(s *models.Store) echo.HandlerFunc {
 		if !d.Stalled {
 			bf = &models.BulkFilter{Status: string(d.Status), TicketRef: d.Ticket, Q: d.Q}
 		}
-		d.Bulk = NewBulkForm(CurrentUser(c), c.Request().URL.RequestURI(), bf)
+		if d.Bulk, err = NewBulkForm(ctx, s, CurrentUser(c), c.Request().URL.RequestURI(), bf); err != nil {
+			return err
+		}
 		return Render(c, status, views.SessionsPage(d))
 	}
 }

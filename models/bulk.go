@@ -29,20 +29,22 @@ type BulkAction string
 
 // The bulk actions. Cancel, pause, resume (a paused session) and escalate
 // are the controller's transitions; release gives held sessions back to the
-// inbox, which only people do (the console).
+// inbox and reassign hands them to another person, which only people do
+// (the console).
 const (
 	BulkCancel   BulkAction = "cancel"
 	BulkPause    BulkAction = "pause"
 	BulkResume   BulkAction = "resume"
 	BulkEscalate BulkAction = "escalate"
 	BulkRelease  BulkAction = "release"
+	BulkReassign BulkAction = "reassign"
 )
 
 // APIBulkActions are the actions of POST /api/v1/sessions/bulk.
 var APIBulkActions = []BulkAction{BulkCancel, BulkPause, BulkResume, BulkEscalate}
 
-// ConsoleBulkActions are the console's: the API's and release.
-var ConsoleBulkActions = []BulkAction{BulkCancel, BulkPause, BulkResume, BulkEscalate, BulkRelease}
+// ConsoleBulkActions are the console's: the API's, release and reassign.
+var ConsoleBulkActions = []BulkAction{BulkCancel, BulkPause, BulkResume, BulkEscalate, BulkRelease, BulkReassign}
 
 // MaxBulkSessions bounds one bulk, by ids or by filter. A filter matching
 // more is refused (422 naming "filter") rather than cut: acting on the
@@ -62,6 +64,8 @@ func (a BulkAction) takeover() TakeoverAction {
 		return ActEscalate
 	case BulkRelease:
 		return ActRelease
+	case BulkReassign:
+		return ActReassign
 	}
 	return ""
 }
@@ -136,6 +140,9 @@ type BulkInput struct {
 	Reason     string      `json:"reason"`
 	// DryRun reports what would happen and writes nothing.
 	DryRun bool `json:"dry_run"`
+	// To is the person a reassign hands the sessions to (user id or
+	// email); the console's alone, so not a field of the API's request.
+	To string `json:"-"`
 }
 
 // BulkSkip is a session the bulk did not change, and why.
@@ -236,6 +243,9 @@ func (in BulkInput) Validate(by BulkBy) error {
 			}
 		}
 	}
+	if in.Action == BulkReassign && strings.TrimSpace(in.To) == "" {
+		v.Add("to", "is required: the agent or admin to hand the sessions to")
+	}
 	// Every single-session control takes an optional reason; the bulk
 	// records the same one on each session.
 	if len(in.Reason) > MaxItemLen {
@@ -303,12 +313,20 @@ func (s *Store) Bulk(ctx context.Context, by BulkBy, idemKey string, in BulkInpu
 	var fp string
 	if idemKey != "" && !in.DryRun {
 		var err error
-		if fp, err = Fingerprint("bulk", in); err != nil {
+		if fp, err = Fingerprint("bulk", in, in.To); err != nil {
 			return BulkResult{}, fmt.Errorf("bulk %s: %w", in.Action, err)
 		}
 		if prev, found, err := s.bulkAnswer(ctx, actor, idemKey, fp); err != nil || found {
 			return prev, err
 		}
+	}
+	var to string
+	if in.Action == BulkReassign {
+		target, err := s.reassignTarget(ctx, in.To)
+		if err != nil {
+			return BulkResult{}, err
+		}
+		to = target.Actor()
 	}
 	targets, err := s.bulkTargets(ctx, in)
 	if err != nil {
@@ -316,7 +334,7 @@ func (s *Store) Bulk(ctx context.Context, by BulkBy, idemKey string, in BulkInpu
 	}
 	res := BulkResult{Applied: []string{}, Skipped: []BulkSkip{}, Matched: len(targets)}
 	for _, t := range targets {
-		detail, err := s.bulkOne(ctx, by, in, t)
+		detail, err := s.bulkOne(ctx, by, in, to, t)
 		if err != nil {
 			return BulkResult{}, fmt.Errorf("bulk %s: session %s: %w", in.Action, t.ID, err)
 		}
@@ -383,13 +401,16 @@ func (s *Store) bulkTargets(ctx context.Context, in BulkInput) ([]bulkTarget, er
 // bulkOne takes the action on one session: "" when it did (or, on a dry
 // run, would), else the reason it was skipped. The error is a failure of
 // the database, which stops the bulk.
-func (s *Store) bulkOne(ctx context.Context, by BulkBy, in BulkInput, t bulkTarget) (string, error) {
+func (s *Store) bulkOne(ctx context.Context, by BulkBy, in BulkInput, to string, t bulkTarget) (string, error) {
 	for attempt := 0; ; attempt++ {
 		if !t.found {
 			return "no such session", nil
 		}
 		if why := s.bulkRefusal(by, in.Action, t); why != "" {
 			return why, nil
+		}
+		if to != "" && t.Assignee == to {
+			return "held by that person already", nil
 		}
 		if in.DryRun {
 			return "", nil
@@ -449,6 +470,8 @@ func (s *Store) bulkExecute(ctx context.Context, by BulkBy, in BulkInput, t bulk
 	v := t.StateVersion
 	var err error
 	switch {
+	case in.Action == BulkReassign:
+		_, err = s.Reassign(ctx, t.ID, *by.User, "", ReassignInput{ExpectedVersion: &v, To: in.To, Reason: in.Reason})
 	case in.Action == BulkRelease:
 		ri := ReleaseInput{ExpectedVersion: &v, Reason: in.Reason}
 		if by.policyAction(in.Action, t.Assignee) == ActForceRelease {

@@ -389,3 +389,66 @@ func TestBulkReleaseFollowsPolicy(t *testing.T) {
 		}
 	})
 }
+
+// Reassign hands a session in human hands to another agent: an escalated
+// one is claimed for them, a held one force-released and claimed for them in
+// one transaction; the bulk skips what is not in human hands and what they
+// hold already.
+func TestBulkReassign(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		ann := mustUser(t, s, "ann@example.com", models.RoleAgent)
+		bob := mustUser(t, s, "bob@example.com", models.RoleAgent)
+		rita := mustUser(t, s, "rita@example.com", models.RoleReviewer)
+		root := mustUser(t, s, "root@example.com", models.RoleAdmin)
+		free := escalated(ctx, t, s, 3, "T-1", "")
+		bobs := escalated(ctx, t, s, 3, "T-2", "")
+		claim(ctx, t, s, bobs, bob.Actor())
+		anns := escalated(ctx, t, s, 3, "T-3", "")
+		claim(ctx, t, s, anns, ann.Actor())
+		open := storetest.Session(ctx, t, s, nil)
+
+		// Refusals write nothing.
+		before := snapshot(t, s, bobs)
+		v := mustState(t, s, bobs).Version
+		_, err := s.Reassign(ctx, bobs, ann, "", models.ReassignInput{ExpectedVersion: &v, To: ann.ID})
+		wantForbidden(t, err)
+		_, err = s.Reassign(ctx, bobs, root, "", models.ReassignInput{ExpectedVersion: &v, To: rita.ID})
+		wantFields(t, err, "to")
+		_, err = s.Reassign(ctx, bobs, root, "", models.ReassignInput{ExpectedVersion: &v, To: bob.ID})
+		wantFields(t, err, "to")
+		_, err = s.Bulk(ctx, models.BulkBy{User: &root}, "", models.BulkInput{Action: models.BulkReassign, SessionIDs: []string{bobs}})
+		wantFields(t, err, "to")
+		assertUnchanged(t, s, bobs, before)
+
+		res, err := s.Bulk(ctx, models.BulkBy{User: &root}, "", models.BulkInput{Action: models.BulkReassign,
+			SessionIDs: []string{free, bobs, anns, open}, To: ann.Email, Reason: "Bob is off today"})
+		if err != nil {
+			t.Fatalf("bulk reassign: %v", err)
+		}
+		want := []models.BulkSkip{
+			{SessionID: anns, Detail: "held by that person already"},
+			{SessionID: open, Detail: "only a session in human hands (escalated or held) can be reassigned"},
+		}
+		if !slices.Equal(res.Applied, []string{free, bobs}) || !slices.Equal(res.Skipped, want) {
+			t.Fatalf("bulk reassign = %+v", res)
+		}
+		for _, id := range []string{free, bobs} {
+			st := mustState(t, s, id)
+			if st.Status != models.StatusHumanActive || st.Assignee != ann.Actor() {
+				t.Fatalf("%s: %s held by %q", id, st.Status, st.Assignee)
+			}
+		}
+		// Bob's claim ended by a forced release and Ann's claim, one after
+		// the other, both by the admin.
+		evs, err := s.Timeline(ctx, bobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, cl := evs[len(evs)-2], evs[len(evs)-1]
+		if rel.Type != models.EventHumanReleased || cl.Type != models.EventHumanClaimed || cl.Seq != rel.Seq+1 ||
+			rel.Actor != root.Actor() || cl.Actor != root.Actor() {
+			t.Fatalf("last events %s #%d by %s, %s #%d by %s", rel.Type, rel.Seq, rel.Actor, cl.Type, cl.Seq, cl.Actor)
+		}
+	})
+}

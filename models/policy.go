@@ -24,6 +24,9 @@ const (
 	ActCancel  TakeoverAction = "cancel"
 	// ActEscalate pulls a session into human hands (status escalated).
 	ActEscalate TakeoverAction = "escalate"
+	// ActReassign is an admin handing a session in human hands to another
+	// agent or admin: they hold it now (bulk actions; see Reassign).
+	ActReassign TakeoverAction = "reassign"
 )
 
 // PanelActions are the actions of the session page's takeover panel, in the
@@ -35,8 +38,10 @@ var PanelActions = []TakeoverAction{
 	ActUnpause, ActPause, ActEscalate, ActCancel,
 }
 
-// AllTakeoverActions is every action the policy rules on.
-var AllTakeoverActions = append(append([]TakeoverAction{}, PanelActions...), ActResolveRisk)
+// AllTakeoverActions is every action the policy rules on. Reassign has no
+// form on the session page (it needs a person to hand the session to); the
+// console's bulk form offers it.
+var AllTakeoverActions = append(append([]TakeoverAction{}, PanelActions...), ActResolveRisk, ActReassign)
 
 // decisionAction reports whether a decides the session's fate: these need
 // the session held by the actor, and on an unclaimed escalation they claim
@@ -153,6 +158,14 @@ func takeoverPolicy(a TakeoverAction, u User, st State) (refusal, string) {
 		}
 		if self {
 			return refusedState, "you hold it: release it instead"
+		}
+		return allowed, ""
+	case a == ActReassign:
+		if !admin {
+			return refusedRole, "only an admin can reassign a session"
+		}
+		if st.Status != StatusEscalated && !held {
+			return refusedState, "only a session in human hands (escalated or held) can be reassigned"
 		}
 		return allowed, ""
 	case decisionAction(a):
@@ -280,6 +293,8 @@ func actionEvent(a TakeoverAction) EventType {
 		return EventHumanClaimed
 	case ActRelease, ActForceRelease:
 		return EventHumanReleased
+	case ActReassign:
+		return EventHumanClaimed
 	case ActNote:
 		return EventHumanNoted
 	case ActResolveRisk:
