@@ -3,6 +3,7 @@ package clienttest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -81,6 +82,14 @@ var clientCalls = []struct {
 	}},
 	{"cancelSession", func(ctx context.Context, f *opFixture) (err error) {
 		f.other, err = f.controller.Cancel(ctx, f.other.SessionID, client.TransitionInput{ExpectedVersion: f.other.StateVersion, Reason: "duplicate ticket"})
+		return err
+	}},
+	{"bulkSessions", func(ctx context.Context, f *opFixture) error {
+		// f.other is cancelled now: the bulk skips it and says why.
+		res, err := f.controller.Bulk(ctx, client.BulkInput{Action: client.BulkCancel, SessionIDs: []string{f.other.SessionID}, Reason: "duplicate ticket"})
+		if err == nil && (res.Matched != 1 || len(res.Skipped) != 1 || len(res.Applied) != 0) {
+			err = fmt.Errorf("bulk answer %+v", res)
+		}
 		return err
 	}},
 	{"createDelegation", func(ctx context.Context, f *opFixture) error {

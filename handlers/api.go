@@ -35,6 +35,8 @@ func (a *API) Register(g *echo.Group) {
 	g.GET("/metrics", ProductMetrics(a.Store), a.auth(readRoles...))
 
 	g.POST("/sessions", a.createSession, a.auth(controllerRoles...))
+	// Bulk actions (issue 14); a static path, so it wins over /sessions/:id.
+	g.POST("/sessions/bulk", a.bulkSessions, a.auth(controllerRoles...))
 	g.GET("/sessions", a.listSessions, a.auth(readRoles...))
 	g.GET("/sessions/:id", a.getSession, a.auth(readRoles...))
 	g.GET("/sessions/:id/events", a.listEvents, a.auth(readRoles...))

@@ -239,6 +239,8 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"NoteRequest":   models.NoteRequest{},
 		"RouteRequest":  models.RouteInput{},
 		"DrainRequest":  models.DrainInput{},
+		"BulkRequest":   models.BulkInput{},
+		"BulkFilter":    models.BulkFilter{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

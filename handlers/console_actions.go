@@ -35,6 +35,7 @@ var actionFields = map[models.TakeoverAction][]string{
 	models.ActUnpause:              {"reason"},
 	models.ActCancel:               {"reason"},
 	models.ActEscalate:             {"reason"},
+	models.ActReassign:             {"to", "reason"},
 }
 
 // ConsoleActions lists the takeover actions, for route registration: every
@@ -58,6 +59,7 @@ var actionDone = map[models.TakeoverAction]string{
 	models.ActUnpause:              "Session resumed.",
 	models.ActCancel:               "Session cancelled.",
 	models.ActEscalate:             "Escalated: the session waits in the inbox for a human.",
+	models.ActReassign:             "Reassigned: the session is held by the person you chose.",
 }
 
 // ConsoleAction serves POST /console/sessions/:id/<action>. The form names
@@ -148,6 +150,8 @@ func runAction(ctx context.Context, s *models.Store, a models.TakeoverAction, id
 		return s.AcceptRecommendation(ctx, id, u, key, models.AcceptInput{ExpectedVersion: ev})
 	case models.ActPause, models.ActUnpause, models.ActCancel, models.ActEscalate:
 		return s.ControlSession(ctx, id, u, a, key, models.ControlInput{ExpectedVersion: ev, Reason: v["reason"]})
+	case models.ActReassign:
+		return s.Reassign(ctx, id, u, key, models.ReassignInput{ExpectedVersion: ev, To: v["to"], Reason: v["reason"]})
 	case models.ActResolveRisk:
 		// Like a note, resolving a risk names no version: the risk being
 		// still open is the only precondition, checked by the command.

@@ -37,6 +37,13 @@ func ConsoleInbox(s *models.Store) echo.HandlerFunc {
 			return fmt.Errorf("inbox: %w", err)
 		}
 		d := views.InboxData{Filter: f, After: after, Page: page, Names: names, Now: s.Now().UTC()}
+		store := s
+		if isHTMX(c) {
+			store = nil // the fragment has the checkboxes, not the form
+		}
+		if d.Bulk, err = NewBulkForm(ctx, store, u, c.Request().URL.RequestURI(), inboxBulkFilter(f)); err != nil {
+			return err
+		}
 		if isHTMX(c) {
 			return Render(c, http.StatusOK, views.InboxList(d))
 		}
@@ -72,4 +79,19 @@ func bindInboxFilter(c echo.Context) (models.InboxFilter, error) {
 func isHTMX(c echo.Context) bool {
 	h := c.Request().Header
 	return h.Get("HX-Request") == "true" && h.Get("HX-Boosted") != "true"
+}
+
+// inboxBulkFilter is the inbox filter as a bulk filter (the listing's
+// terms), or nil when it filters on what a listing cannot (priority,
+// assignment, reason, the id-or-ticket search): then "all matching" is not
+// offered, since it would act on other sessions than the inbox shows.
+func inboxBulkFilter(f models.InboxFilter) *models.BulkFilter {
+	if f.Priority != 0 || f.Assignment != "" || f.Reason != "" || f.Search != "" {
+		return nil
+	}
+	st := string(f.Status)
+	if st == "" {
+		st = string(models.StatusEscalated) + "," + string(models.StatusHumanActive)
+	}
+	return &models.BulkFilter{Status: st, Queue: f.Queue}
 }

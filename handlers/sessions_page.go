@@ -65,6 +65,15 @@ func SessionsPage(s *models.Store) echo.HandlerFunc {
 			return fmt.Errorf("sessions page: %w", err)
 		}
 		d.StalledCount = stalled.Sessions
+		// "All matching" is the list's own filter; the stalled view has no
+		// bulk filter, so there only ticked rows can be acted on.
+		var bf *models.BulkFilter
+		if !d.Stalled {
+			bf = &models.BulkFilter{Status: string(d.Status), TicketRef: d.Ticket, Q: d.Q}
+		}
+		if d.Bulk, err = NewBulkForm(ctx, s, CurrentUser(c), c.Request().URL.RequestURI(), bf); err != nil {
+			return err
+		}
 		return Render(c, status, views.SessionsPage(d))
 	}
 }

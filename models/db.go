@@ -70,6 +70,9 @@ type Store struct {
 	pool  *pgxpool.Pool
 	wire  wireStats
 	maint maintState
+	// bulkHook, when set (tests only), runs before each session of a bulk
+	// is written, so a test can change the session in between.
+	bulkHook func(sessionID string)
 }
 
 // OpenOpts configures Open.

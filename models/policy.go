@@ -24,6 +24,9 @@ const (
 	ActCancel  TakeoverAction = "cancel"
 	// ActEscalate pulls a session into human hands (status escalated).
 	ActEscalate TakeoverAction = "escalate"
+	// ActReassign is an admin handing a session in human hands to another
+	// agent or admin: they hold it now (bulk actions; see Reassign).
+	ActReassign TakeoverAction = "reassign"
 )
 
 // PanelActions are the actions of the session page's takeover panel, in the
@@ -35,8 +38,10 @@ var PanelActions = []TakeoverAction{
 	ActUnpause, ActPause, ActEscalate, ActCancel,
 }
 
-// AllTakeoverActions is every action the policy rules on.
-var AllTakeoverActions = append(append([]TakeoverAction{}, PanelActions...), ActResolveRisk)
+// AllTakeoverActions is every action the policy rules on. Reassign has no
+// form on the session page (it needs a person to hand the session to); the
+// console's bulk form offers it.
+var AllTakeoverActions = append(append([]TakeoverAction{}, PanelActions...), ActResolveRisk, ActReassign)
 
 // decisionAction reports whether a decides the session's fate: these need
 // the session held by the actor, and on an unclaimed escalation they claim
@@ -155,6 +160,14 @@ func takeoverPolicy(a TakeoverAction, u User, st State) (refusal, string) {
 			return refusedState, "you hold it: release it instead"
 		}
 		return allowed, ""
+	case a == ActReassign:
+		if !admin {
+			return refusedRole, "only an admin can reassign a session"
+		}
+		if st.Status != StatusEscalated && !held {
+			return refusedState, "only a session in human hands (escalated or held) can be reassigned"
+		}
+		return allowed, ""
 	case decisionAction(a):
 		if a == ActAcceptRecommendation {
 			if _, _, ok := RecommendedStep(st); !ok {
@@ -179,12 +192,19 @@ func takeoverPolicy(a TakeoverAction, u User, st State) (refusal, string) {
 		if !admin {
 			return refusedRole, "only an admin can pause, resume, cancel or escalate a session"
 		}
-		if !Allowed(st.Status, controlEvent(a)) {
-			return refusedState, fmt.Sprintf("a session that is %s cannot be %s", st.Status, controlVerb(a))
-		}
-		return allowed, ""
+		return controlRefusal(a, st)
 	}
 	return refusedState, fmt.Sprintf("unknown action %q", a)
+}
+
+// controlRefusal is the state part of the policy for a session control:
+// the transition table. A controller's token, which the policy's user roles
+// do not cover, is judged by it alone (bulk actions through the API).
+func controlRefusal(a TakeoverAction, st State) (refusal, string) {
+	if !Allowed(st.Status, controlEvent(a)) {
+		return refusedState, fmt.Sprintf("a session that is %s cannot be %s", st.Status, controlVerb(a))
+	}
+	return allowed, ""
 }
 
 func controlVerb(a TakeoverAction) string {
@@ -273,6 +293,8 @@ func actionEvent(a TakeoverAction) EventType {
 		return EventHumanClaimed
 	case ActRelease, ActForceRelease:
 		return EventHumanReleased
+	case ActReassign:
+		return EventHumanClaimed
 	case ActNote:
 		return EventHumanNoted
 	case ActResolveRisk:

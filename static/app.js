@@ -69,6 +69,44 @@
     }
   }, true);
 
+  // Bulk actions (the form works without this): "Select all on this page",
+  // a count of the ticked rows, and no live refresh of the inbox while rows
+  // are ticked, since the refresh replaces the list and its checkboxes.
+  function bulkBoxes() {
+    return Array.prototype.slice.call(document.querySelectorAll('[data-testid="bulk-select"]'));
+  }
+  function bulkUpdate() {
+    var n = bulkBoxes().filter(function (b) { return b.checked; }).length;
+    var count = document.querySelector("[data-bulk-count]");
+    if (count) {
+      count.hidden = n === 0;
+      count.textContent = n + " selected.";
+    }
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    var all = document.querySelector("[data-bulk-select-all]");
+    if (all && bulkBoxes().length > 0) {
+      all.hidden = false;
+      all.addEventListener("click", function () {
+        var boxes = bulkBoxes();
+        var every = boxes.every(function (b) { return b.checked; });
+        boxes.forEach(function (b) { b.checked = !every; });
+        bulkUpdate();
+      });
+    }
+    bulkUpdate();
+  });
+  document.addEventListener("change", function (evt) {
+    if (evt.target && evt.target.matches && evt.target.matches('[data-testid="bulk-select"]')) {
+      bulkUpdate();
+    }
+  });
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    if (evt.target && evt.target.id === "inbox-list" && bulkBoxes().some(function (b) { return b.checked; })) {
+      evt.preventDefault();
+    }
+  });
+
   // Elements with data-autosubmit submit their form when changed (filters).
   document.addEventListener("change", function (evt) {
     var el = evt.target;

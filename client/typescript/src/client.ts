@@ -25,6 +25,8 @@ export type CreateSessionRequest = S["CreateSessionRequest"];
 export type DelegateRequest = S["DelegateRequest"];
 export type DelegationWritten = S["DelegationWritten"];
 export type TransitionRequest = S["TransitionRequest"];
+export type BulkRequest = S["BulkRequest"];
+export type BulkResult = S["BulkResult"];
 export type InputRequest = S["InputRequest"];
 export type NoteRequest = S["NoteRequest"];
 export type ChildrenRequest = S["ChildrenRequest"];
@@ -267,6 +269,11 @@ export class Client {
   escalate(sessionId: string, body: TransitionRequest, opts?: CallOptions) { return this.transition("/sessions/{id}/escalate", sessionId, body, opts); }
   /** Cancel a session. */
   cancel(sessionId: string, body: TransitionRequest, opts?: CallOptions) { return this.transition("/sessions/{id}/cancel", sessionId, body, opts); }
+
+  /** Cancel, pause, resume or escalate up to 500 sessions by id or filter; each is its own transition, the answer says what was applied and what was skipped and why. */
+  bulk(body: BulkRequest, opts?: CallOptions): Promise<BulkResult> {
+    return this.request({ method: "POST", path: "/sessions/bulk", body: dropUndefined(body), idempotent: true, opts });
+  }
 
   /** Delegate a step to a queue; `delay_seconds` or `available_at` schedule it. */
   delegate(sessionId: string, body: DelegateRequest, opts?: CallOptions): Promise<DelegationWritten> {

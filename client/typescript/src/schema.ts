@@ -68,6 +68,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions/bulk": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Apply one action to many sessions
+         * @description Cancel, pause, resume (a paused session) or escalate up to 500 sessions, named by session_ids or by a filter (exactly one of the two). The filter means what the same parameters of GET /sessions mean (status may list several, comma-separated) and must name at least one of them; a filter that matches more than 500 sessions is a 422 naming filter, so narrow it or send session_ids in batches.
+         *
+         *     Each session is its own transition, under its own lock and at the version read for it, exactly as POST /sessions/{id}/cancel (and pause, resume, escalate) would do it; a session that changed in between is read and judged once more. A session that cannot take the action is skipped with the reason and is never half-written; the others are applied. matched counts the sessions selected (ids without repeats, or the filter's matches), each of which is in applied or in skipped.
+         *
+         *     With dry_run nothing is written (not even the Idempotency-Key): applied lists the sessions that would take the action now. An Idempotency-Key replays the whole first answer (Idempotent-Replayed: true) without acting again; the same key with another body is a 422.
+         *
+         *     Invalid input (unknown action, both or neither of session_ids and filter, more than 500 ids, a malformed id, a bad filter) is a 422 naming the field, and nothing is written. An id that names no session is skipped, not refused.
+         *
+         *     Roles: controller (admin may call every operation).
+         */
+        post: operations["bulkSessions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sessions/{id}": {
         parameters: {
             query?: never;
@@ -1386,6 +1414,48 @@ export interface components {
         DeliveryList: {
             deliveries: components["schemas"]["Delivery"][];
         };
+        /** @description Selects sessions as the same query parameters of GET /sessions do; name at least one. */
+        BulkFilter: {
+            /**
+             * @description One status or several, comma-separated.
+             * @example queued,running
+             */
+            status?: string;
+            queue?: string;
+            /** @description Exactly this ticket reference. */
+            ticket_ref?: string;
+            /** @description Words of goal, ticket reference or notes, as q of GET /sessions. */
+            q?: string;
+        };
+        BulkRequest: {
+            /**
+             * @description resume resumes a paused session.
+             * @enum {string}
+             */
+            action: "cancel" | "pause" | "resume" | "escalate";
+            /** @description The sessions, 1 to 500; repeats count once. Give this or filter. */
+            session_ids?: string[];
+            filter?: components["schemas"]["BulkFilter"];
+            /** @description Recorded on every session's event, as the reason of the single-session command. */
+            reason?: string;
+            /**
+             * @description Report what would happen; write nothing.
+             * @default false
+             */
+            dry_run?: boolean;
+        };
+        BulkSkip: {
+            session_id: string;
+            /** @description Why the session did not take the action, for people. */
+            detail: string;
+        };
+        BulkResult: {
+            /** @description Sessions that took the action (on a dry run: would take it now), in the order they were selected. */
+            applied: string[];
+            skipped: components["schemas"]["BulkSkip"][];
+            /** @description Sessions selected: the ids without repeats, or the filter's matches. */
+            matched: number;
+        };
     };
     responses: {
         /** @description The body is missing, not JSON or not a JSON object. */
@@ -1850,6 +1920,54 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["SessionWritten"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+        };
+    };
+    bulkSessions: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the write repeatable; scoped to the caller's token. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BulkRequest"];
+            };
+        };
+        responses: {
+            /** @description What was applied (or, on a dry run, would be) and what was skipped and why. */
+            200: {
+                headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "applied": [
+                     *         "ses_01M8PY7QJ1PZ5ZM74V212W8HFG"
+                     *       ],
+                     *       "skipped": [
+                     *         {
+                     *           "session_id": "ses_01M8PY7QJ1PZ5ZM74V212W8HFH",
+                     *           "detail": "a session that is completed cannot be cancelled"
+                     *         }
+                     *       ],
+                     *       "matched": 2
+                     *     }
+                     */
+                    "application/json": components["schemas"]["BulkResult"];
                 };
             };
             400: components["responses"]["BadRequest"];
