@@ -242,6 +242,21 @@ class LiveTest(unittest.TestCase):
             self.ctl.list_sessions(limit=501)
         self.assertIn("limit", cm.exception.fields)
 
+    def test_bulk_cancel_by_filter_skips_closed(self) -> None:
+        word = "bk" + uuid.uuid4().hex[:10]
+        ids = [self.new_session(goal=f"Bulk check {word} {i}")["session_id"] for i in range(3)]
+        done = self.ctl.get_session(ids[0])
+        self.ctl.cancel(ids[0], done["state_version"], reason="first")
+        dry = self.ctl.bulk("cancel", filter={"q": word}, reason="cleanup", dry_run=True)
+        self.assertEqual(dry["matched"], 3)
+        self.assertEqual(dry["applied"], [])
+        res = self.ctl.bulk("cancel", session_ids=ids, reason="cleanup")
+        self.assertEqual(sorted(res["applied"]), sorted(ids[1:]))
+        self.assertEqual([x["session_id"] for x in res["skipped"]], [ids[0]])
+        with self.assertRaises(taskpilots.ValidationError) as cm:
+            self.ctl.bulk("explode", session_ids=ids, reason="x")
+        self.assertIn("action", cm.exception.fields)
+
     def test_feed_follows_cursor(self) -> None:
         start = self.ctl.events(after="now")["next_cursor"]
         s = self.new_session()

@@ -272,7 +272,7 @@ export class Client {
 
   /** Cancel, pause, resume or escalate up to 500 sessions by id or filter; each is its own transition, the answer says what was applied and what was skipped and why. */
   bulk(body: BulkRequest, opts?: CallOptions): Promise<BulkResult> {
-    return this.request({ method: "POST", path: "/sessions/bulk", body: dropUndefined(body), idempotent: true, opts });
+    return unwrap("POST", this.api.POST("/sessions/bulk", { body: dropUndefined(body), ...this.write(opts) }));
   }
 
   /** Delegate a step to a queue; `delay_seconds` or `available_at` schedule it. */

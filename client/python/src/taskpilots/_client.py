@@ -16,6 +16,7 @@ import httpx
 from ._base import JSON, Prompt, Settings, USER_AGENT, csv, default_ssl_context, drop_none, seg
 from .errors import TaskPilotsError, TransportError
 from .models import (
+    BulkResult,
     ChildrenWritten,
     DelegationWritten,
     DeliveryList,
@@ -199,6 +200,23 @@ class Client:
          idempotency_key: Optional[str] = None) -> SessionWritten:
         """Cancel a session."""
         return self._transition("cancel", session_id, expected_version, idempotency_key, reason=reason)
+
+    def bulk(
+  self,
+  action: str,
+  *,
+  session_ids: Optional[Sequence[str]] = None,
+  filter: Optional[Mapping[str, str]] = None,
+  reason: Optional[str] = None,
+  dry_run: Optional[bool] = None,
+  idempotency_key: Optional[str] = None,
+    ) -> BulkResult:
+        """Cancel, pause, resume or escalate up to 500 sessions, named by ``session_ids`` or
+        matched by ``filter`` (status, queue, ticket_ref, q); each is its own transition
+        → ``{"applied","skipped","matched"}``."""
+        body = drop_none(dict(action=action, session_ids=list(session_ids) if session_ids is not None else None,
+                              filter=dict(filter) if filter is not None else None, reason=reason, dry_run=dry_run))
+        return self.request("POST", "/sessions/bulk", body=body, idempotent=True, idempotency_key=idempotency_key)
 
     def delegate(
   self,

@@ -16,6 +16,10 @@ else:  # pragma: no cover
 
 __all__ = [
     'AttemptFailure',
+    'BulkFilter',
+    'BulkRequest',
+    'BulkResult',
+    'BulkSkip',
     'ChildSpec',
     'ChildrenRequest',
     'ChildrenWritten',
@@ -85,6 +89,33 @@ AttemptFailure = TypedDict('AttemptFailure', {
     'at_version': NotRequired[int],
 })
 AttemptFailure.__doc__ = 'One failed attempt of a delegation.'
+
+BulkFilter = TypedDict('BulkFilter', {
+    'status': NotRequired[str],
+    'queue': NotRequired[str],
+    'ticket_ref': NotRequired[str],
+    'q': NotRequired[str],
+})
+BulkFilter.__doc__ = 'Selects sessions as the same query parameters of GET /sessions do; name at least one.'
+
+BulkRequest = TypedDict('BulkRequest', {
+    'action': Literal['cancel', 'pause', 'resume', 'escalate'],
+    'session_ids': NotRequired[List[str]],
+    'filter': NotRequired['BulkFilter'],
+    'reason': NotRequired[str],
+    'dry_run': NotRequired[bool],
+})
+
+BulkResult = TypedDict('BulkResult', {
+    'applied': List[str],
+    'skipped': List['BulkSkip'],
+    'matched': int,
+})
+
+BulkSkip = TypedDict('BulkSkip', {
+    'session_id': str,
+    'detail': str,
+})
 
 ChildSpec = TypedDict('ChildSpec', {
     'goal': str,
