@@ -131,7 +131,7 @@ func BenchmarkDispatchPage(b *testing.B) {
 		}
 		if _, err := s.SubmitResult(ctx, l.DelegationID, "test:worker", "", models.ResultInput{
 			LeaseToken: l.LeaseToken, SessionID: sid, Step: l.Step, ResultType: models.ResultCompleted,
-			Output: json.RawMessage(fmt.Sprintf(`{"eligible": true, "order": %d, "note": "refund approved by policy R-7"}`, i)),
+			Output:   json.RawMessage(fmt.Sprintf(`{"eligible": true, "order": %d, "note": "refund approved by policy R-7"}`, i)),
 			Evidence: []models.Evidence{{Claim: "order paid"}},
 		}); err != nil {
 			b.Fatal(err)
