@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -1127,7 +1126,9 @@ func (s *Store) RecordWebhookPage(ctx context.Context, page *WebhookPage, sent [
 // inserts the page's delivery rows, in ONE statement: the rows travel as
 // one array per column (unnest), so that neither the statement's text nor
 // its parameter count grows with the page, and the insert happens only
-// when the compare-and-set on the cursor did (a statement is atomic).
+// when the compare-and-set on the cursor did (a statement is atomic). The
+// nullable columns travel as plain integers, 0 for NULL (no status code is
+// 0; times as Unix microseconds), which pgx encodes without reflection.
 const recordPageSQL = `WITH moved AS (
 	UPDATE webhooks SET cursor_pos = $1, lease_token = NULL, lease_expires_at = NULL
 	WHERE id = $2 AND cursor_pos = $3 AND lease_token = $4
@@ -1136,10 +1137,12 @@ const recordPageSQL = `WITH moved AS (
 	INSERT INTO webhook_deliveries (webhook_id, event_id, session_id, seq, feed_pos, status, attempt,
 		status_code, error, next_attempt_at, queued_at, delivered_at, created_at, updated_at)
 	SELECT moved.id, r.event_id, r.session_id, r.seq, r.feed_pos, r.status, r.attempt,
-		r.status_code, r.error, r.next_attempt_at, $5::timestamptz, r.delivered_at, $6::timestamptz, $6::timestamptz
+		NULLIF(r.code, 0), r.error, timestamptz 'epoch' + NULLIF(r.next_us, 0) * interval '1 microsecond',
+		$5::timestamptz, timestamptz 'epoch' + NULLIF(r.delivered_us, 0) * interval '1 microsecond',
+		$6::timestamptz, $6::timestamptz
 	FROM moved, unnest($7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::int[],
-		$13::int[], $14::text[], $15::timestamptz[], $16::timestamptz[])
-		AS r(event_id, session_id, seq, feed_pos, status, attempt, status_code, error, next_attempt_at, delivered_at)
+		$13::int[], $14::text[], $15::bigint[], $16::bigint[])
+		AS r(event_id, session_id, seq, feed_pos, status, attempt, code, error, next_us, delivered_us)
 	ON CONFLICT DO NOTHING
 )
 SELECT count(*) FROM moved`
@@ -1148,23 +1151,20 @@ func (s *Store) recordPagePostgres(ctx context.Context, page *WebhookPage, rows 
 	n := len(rows)
 	var (
 		events, sessions, statuses, errs = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		seqs, poss                       = make([]int64, n), make([]int64, n)
-		attempts                         = make([]int32, n)
-		codes                            = make([]*int32, n)
-		next, delivered                  = make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+		seqs, poss, next, delivered      = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		attempts, codes                  = make([]int32, n), make([]int32, n)
 	)
 	for i, d := range rows {
 		events[i], sessions[i], statuses[i], errs[i] = d.EventID, d.SessionID, string(d.Status), d.Error
 		seqs[i], poss[i], attempts[i] = d.Seq, d.FeedPos, int32(d.Attempt)
 		if d.StatusCode != nil {
-			c := int32(*d.StatusCode)
-			codes[i] = &c
+			codes[i] = int32(*d.StatusCode)
 		}
 		if d.NextAttemptAt != nil {
-			next[i] = pgtype.Timestamptz{Time: d.NextAttemptAt.Time, Valid: true}
+			next[i] = d.NextAttemptAt.UnixMicro()
 		}
 		if d.DeliveredAt != nil {
-			delivered[i] = pgtype.Timestamptz{Time: d.DeliveredAt.Time, Valid: true}
+			delivered[i] = d.DeliveredAt.UnixMicro()
 		}
 	}
 	var moved int64

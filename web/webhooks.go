@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskpilots/handoff/models"
@@ -45,6 +47,8 @@ type Dispatcher struct {
 	Log      *slog.Logger
 	// Now is the clock of the webhook-timestamp header; default time.Now.
 	Now func() time.Time
+	// transport is the default Client's, used directly (send).
+	transport http.RoundTripper
 }
 
 func (d *Dispatcher) defaults() {
@@ -62,6 +66,7 @@ func (d *Dispatcher) defaults() {
 			Transport:     tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
+		d.transport = tr
 	}
 	if d.Batch <= 0 {
 		d.Batch = 64
@@ -169,27 +174,17 @@ func (d *Dispatcher) sendPage(ctx context.Context, page *models.WebhookPage, r *
 		}
 		bySession[j.SessionID] = append(bySession[j.SessionID], i)
 	}
-	var (
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, d.Parallel)
-	)
-	for _, sid := range order {
-		idx := bySession[sid]
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			for _, i := range idx {
-				if ctx.Err() != nil {
-					return
-				}
-				results[i], sent[i] = d.send(ctx, page.Jobs[i]), true
-				if !results[i].OK() {
-					return
-				}
+	d.parallel(len(order), func(k int) {
+		for _, i := range bySession[order[k]] {
+			if ctx.Err() != nil {
+				return
 			}
-		})
-	}
-	wg.Wait()
+			results[i], sent[i] = d.send(ctx, page.Jobs[i]), true
+			if !results[i].OK() {
+				return
+			}
+		}
+	})
 	// Recorded even when ctx ends (a shutdown), so that deliveries that
 	// were made are not sent again needlessly.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -206,6 +201,25 @@ func (d *Dispatcher) sendPage(ctx context.Context, page *models.WebhookPage, r *
 		d.count(r, page.Jobs[i], results[i], st)
 	}
 	return nil
+}
+
+// parallel runs do(0) … do(n-1) on up to d.Parallel goroutines, each taking
+// the next index when it is done with one. A few long-lived senders rather
+// than a goroutine per session: each grows its stack once for the HTTP
+// client, not once per session.
+func (d *Dispatcher) parallel(n int, do func(i int)) {
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range min(d.Parallel, n) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				do(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // count adds an attempt's outcome to the report and logs what needs it.
@@ -226,18 +240,7 @@ func (d *Dispatcher) count(r *PassReport, job models.DeliveryJob, res models.Del
 
 func (d *Dispatcher) sendAll(ctx context.Context, jobs []models.DeliveryJob, r *PassReport) {
 	results := make([]models.DeliveryResult, len(jobs))
-	var (
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, d.Parallel)
-	)
-	for i, job := range jobs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			results[i] = d.send(ctx, job)
-		})
-	}
-	wg.Wait()
+	d.parallel(len(jobs), func(i int) { results[i] = d.send(ctx, jobs[i]) })
 	// The outcomes are recorded even when ctx ends (a shutdown), so that
 	// deliveries that were made are not sent again needlessly.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -272,14 +275,26 @@ func (d *Dispatcher) send(ctx context.Context, job models.DeliveryJob) models.De
 	if err != nil {
 		return models.DeliveryResult{Err: fmt.Sprintf("build request: %v", err)}
 	}
+	vals := []string{job.EventID, strconv.FormatInt(ts.Unix(), 10), sig} // one allocation for the three
 	req.Header = http.Header{
-		"Content-Type":      {"application/json"},
-		"User-Agent":        {"taskpilots-webhooks/1"},
-		"Webhook-Id":        {job.EventID},
-		"Webhook-Timestamp": {strconv.FormatInt(ts.Unix(), 10)},
-		"Webhook-Signature": {sig},
+		"Content-Type":      contentTypeJSON,
+		"User-Agent":        userAgent,
+		"Webhook-Id":        vals[0:1:1],
+		"Webhook-Timestamp": vals[1:2:2],
+		"Webhook-Signature": vals[2:3:3],
 	}
-	resp, err := d.Client.Do(req)
+	var resp *http.Response
+	if d.transport != nil {
+		// The default client follows no redirect and has no cookie jar
+		// or timeout of its own: the transport alone does what it would,
+		// without the per-request copy of the headers that
+		// http.Client keeps for redirects. Errors read as the client's.
+		if resp, err = d.transport.RoundTrip(req); err != nil {
+			err = &url.Error{Op: "Post", URL: job.URL, Err: err}
+		}
+	} else {
+		resp, err = d.Client.Do(req)
+	}
 	if err != nil {
 		if rctx.Err() == context.DeadlineExceeded {
 			return models.DeliveryResult{Err: fmt.Sprintf("timed out after %s", d.Policy.Timeout)}
@@ -289,10 +304,19 @@ func (d *Dispatcher) send(ctx context.Context, job models.DeliveryJob) models.De
 	// The body is drained (up to a bound) and closed, so that the
 	// connection goes back to the idle pool and the next delivery to this
 	// receiver reuses it instead of dialling.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.Body != http.NoBody { // a 204 has none
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	}
 	_ = resp.Body.Close()
 	return models.DeliveryResult{StatusCode: resp.StatusCode}
 }
+
+// The constant header values of a delivery, shared by every request (the
+// transport only reads them).
+var (
+	contentTypeJSON = []string{"application/json"}
+	userAgent       = []string{"taskpilots-webhooks/1"}
+)
 
 // Run runs passes until ctx is done: at least every period (with jitter),
 // for retries that come due, and soon after the feed tells new events (a
