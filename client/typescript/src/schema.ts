@@ -3128,6 +3128,8 @@ export interface operations {
             /** @description The route as stored. */
             200: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3175,6 +3177,8 @@ export interface operations {
             /** @description The route was deleted. */
             204: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3215,6 +3219,8 @@ export interface operations {
             /** @description What was delegated. */
             200: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3438,6 +3444,8 @@ export interface operations {
             /** @description Registered; the secret is shown once. */
             201: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3478,6 +3486,8 @@ export interface operations {
             /** @description Deleted. */
             204: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3514,6 +3524,8 @@ export interface operations {
             /** @description The new secret. */
             200: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3673,6 +3685,8 @@ export interface operations {
             /** @description Queued. */
             202: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
