@@ -29,9 +29,10 @@ import (
 type Dispatcher struct {
 	Store  *models.Store
 	Policy models.WebhookPolicy
-	// Client sends the deliveries; default an http.Client with
-	// Policy.Timeout that does not follow redirects (a redirect is an
-	// answer, not a delivery).
+	// Client sends the deliveries; default an http.Client that does not
+	// follow redirects (a redirect is an answer, not a delivery), whose
+	// transport send uses directly. Each attempt is bounded by
+	// Policy.Timeout through its context, whatever the client.
 	Client *http.Client
 	// Batch is how many deliveries one claim takes (default 64) and
 	// Parallel how many it sends at once (default 8).
