@@ -142,10 +142,16 @@ func readerOf(c echo.Context) models.ReviewReader {
 // idempotent repeat, which gets the stored first outcome back, answers with
 // the same status and the same bytes.
 func writeOutcome(c echo.Context, status int, out models.Outcome, body any) error {
-	if out.Replayed {
+	markReplayed(c, out.Replayed)
+	return c.JSON(status, body)
+}
+
+// markReplayed sets Idempotent-Replayed: true on the answer to a repeat
+// that got the stored first answer back.
+func markReplayed(c echo.Context, replayed bool) {
+	if replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
-	return c.JSON(status, body)
 }
 
 // sessionWritten is the answer to a command on a session.

@@ -40,10 +40,12 @@ func (a *API) putRoute(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := a.Store.PutRoute(c.Request().Context(), actor(c), key, step, in)
+	ctx, replayed := models.NoteReplay(c.Request().Context())
+	r, err := a.Store.PutRoute(ctx, actor(c), key, step, in)
 	if err != nil {
 		return err
 	}
+	markReplayed(c, *replayed)
 	return c.JSON(http.StatusOK, r)
 }
 
@@ -80,9 +82,11 @@ func (a *API) deleteRoute(c echo.Context) error {
 	if problem != "" {
 		return &models.ValidationError{Fields: []models.FieldError{{Field: idempotencyHeader, Message: problem}}}
 	}
-	if _, err := a.Store.DeleteRoute(c.Request().Context(), actor(c), key, step); err != nil {
+	ctx, replayed := models.NoteReplay(c.Request().Context())
+	if _, err := a.Store.DeleteRoute(ctx, actor(c), key, step); err != nil {
 		return err
 	}
+	markReplayed(c, *replayed)
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -98,9 +102,11 @@ func (a *API) drainRoute(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := a.Store.DrainRoute(c.Request().Context(), actor(c), key, step, in)
+	ctx, replayed := models.NoteReplay(c.Request().Context())
+	res, err := a.Store.DrainRoute(ctx, actor(c), key, step, in)
 	if err != nil {
 		return err
 	}
+	markReplayed(c, *replayed)
 	return c.JSON(http.StatusOK, res)
 }

@@ -50,7 +50,7 @@ func TestAPIRoutes(t *testing.T) {
 			wantProblem(t, e.del(e.controller, "/routes/issue-refund"), http.StatusNotFound)
 		})
 
-		r := wantStatus(t, e.put(e.controller, "/routes/issue-refund", body, "Idempotency-Key", "r-1"), http.StatusOK)
+		r := wantReplayed(t, wantStatus(t, e.put(e.controller, "/routes/issue-refund", body, "Idempotency-Key", "r-1"), http.StatusOK), false)
 		var got models.Route
 		r.Decode(t, &got)
 		if got.Step != "issue-refund" || got.Queue != "refunds" || got.Instructions != "Issue the refund." ||
@@ -63,7 +63,7 @@ func TestAPIRoutes(t *testing.T) {
 			}
 		}
 		noWrites(t, s, func() {
-			again := wantStatus(t, e.put(e.controller, "/routes/issue-refund", body, "Idempotency-Key", "r-1"), http.StatusOK)
+			again := wantReplayed(t, wantStatus(t, e.put(e.controller, "/routes/issue-refund", body, "Idempotency-Key", "r-1"), http.StatusOK), true)
 			if !bytes.Equal(again.Body, r.Body) {
 				t.Fatalf("repeat %s, first %s", again.Body, r.Body)
 			}
@@ -85,8 +85,8 @@ func TestAPIRoutes(t *testing.T) {
 			t.Fatalf("list = %+v", list)
 		}
 
-		wantStatus(t, e.del(e.controller, "/routes/issue-refund", "Idempotency-Key", "d-1"), http.StatusNoContent)
-		wantStatus(t, e.del(e.controller, "/routes/issue-refund", "Idempotency-Key", "d-1"), http.StatusNoContent)
+		wantReplayed(t, wantStatus(t, e.del(e.controller, "/routes/issue-refund", "Idempotency-Key", "d-1"), http.StatusNoContent), false)
+		wantReplayed(t, wantStatus(t, e.del(e.controller, "/routes/issue-refund", "Idempotency-Key", "d-1"), http.StatusNoContent), true)
 		wantProblem(t, e.del(e.controller, "/routes/issue-refund"), http.StatusNotFound)
 		wantProblem(t, e.get(e.controller, "/routes/issue-refund"), http.StatusNotFound)
 
@@ -258,13 +258,13 @@ func TestAPIDrainRoute(t *testing.T) {
 			wantFields(t, wantProblem(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": "x"}`), http.StatusUnprocessableEntity), "limit")
 			wantProblem(t, e.post(e.controller, "/routes/notify-customer/drain", ""), http.StatusBadRequest)
 		})
-		r := wantStatus(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 10}`, "Idempotency-Key", "dr-1"), http.StatusOK)
+		r := wantReplayed(t, wantStatus(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 10}`, "Idempotency-Key", "dr-1"), http.StatusOK), false)
 		var res models.DrainResult
 		r.Decode(t, &res)
 		if res.Step != "notify-customer" || len(res.Delegated) != 1 || res.Delegated[0].SessionID != id || res.More {
 			t.Fatalf("drain answer %s", r.Body)
 		}
-		again := wantStatus(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 10}`, "Idempotency-Key", "dr-1"), http.StatusOK)
+		again := wantReplayed(t, wantStatus(t, e.post(e.controller, "/routes/notify-customer/drain", `{"limit": 10}`, "Idempotency-Key", "dr-1"), http.StatusOK), true)
 		if !bytes.Equal(again.Body, r.Body) {
 			t.Fatalf("repeat %s, first %s", again.Body, r.Body)
 		}

@@ -41,10 +41,12 @@ func (a *API) createWebhook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	w, secret, err := a.Store.CreateWebhook(c.Request().Context(), actor(c), key, in)
+	ctx, replayed := models.NoteReplay(c.Request().Context())
+	w, secret, err := a.Store.CreateWebhook(ctx, actor(c), key, in)
 	if err != nil {
 		return err
 	}
+	markReplayed(c, *replayed)
 	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/webhooks/"+w.ID)
 	return c.JSON(http.StatusCreated, webhookCreated{ID: w.ID, Secret: secret})
 }
@@ -65,9 +67,11 @@ func (a *API) deleteWebhook(c echo.Context) error {
 	if problem != "" {
 		return &models.ValidationError{Fields: []models.FieldError{{Field: idempotencyHeader, Message: problem}}}
 	}
-	if err := a.Store.DeleteWebhook(c.Request().Context(), actor(c), key, c.Param("id")); err != nil {
+	ctx, replayed := models.NoteReplay(c.Request().Context())
+	if err := a.Store.DeleteWebhook(ctx, actor(c), key, c.Param("id")); err != nil {
 		return err
 	}
+	markReplayed(c, *replayed)
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -83,10 +87,12 @@ func (a *API) rotateWebhookSecret(c echo.Context) error {
 		return err
 	}
 	id := c.Param("id")
-	secret, until, err := a.Store.RotateWebhookSecret(c.Request().Context(), actor(c), key, id)
+	ctx, replayed := models.NoteReplay(c.Request().Context())
+	secret, until, err := a.Store.RotateWebhookSecret(ctx, actor(c), key, id)
 	if err != nil {
 		return err
 	}
+	markReplayed(c, *replayed)
 	return c.JSON(http.StatusOK, secretRotated{ID: id, Secret: secret, OldSecretSignsUntil: until})
 }
 
@@ -111,8 +117,10 @@ func (a *API) redeliver(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.Store.RedeliverWebhook(c.Request().Context(), actor(c), key, c.Param("id"), c.Param("event_id")); err != nil {
+	ctx, replayed := models.NoteReplay(c.Request().Context())
+	if err := a.Store.RedeliverWebhook(ctx, actor(c), key, c.Param("id"), c.Param("event_id")); err != nil {
 		return err
 	}
+	markReplayed(c, *replayed)
 	return c.NoContent(http.StatusAccepted)
 }

@@ -110,17 +110,17 @@ func TestWebhooksAPI(t *testing.T) {
 // TestWebhooksAPIIdempotent: the four webhook writes take an
 // Idempotency-Key like every other write. A repeat with the same key and
 // body replays the first answer (the create's secret included: the key is
-// the caller's own) and writes nothing; the key with another body is the
+// the caller's own), marked Idempotent-Replayed: true, and writes nothing; the key with another body is the
 // 422 every write gives, and writes nothing either.
 func TestWebhooksAPIIdempotent(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, s *models.Store) {
 		e := newAPIEnv(t, s)
 		body := map[string]any{"url": "https://receiver.test/hooks", "types": []string{"session.escalated"}}
-		first := wantStatus(t, e.post(e.admin, "/webhooks", body, "Idempotency-Key", "wh-1"), http.StatusCreated)
+		first := wantReplayed(t, wantStatus(t, e.post(e.admin, "/webhooks", body, "Idempotency-Key", "wh-1"), http.StatusCreated), false)
 		var created struct{ ID, Secret string }
 		first.Decode(t, &created)
 		noWrites(t, s, func() {
-			again := wantStatus(t, e.post(e.admin, "/webhooks", body, "Idempotency-Key", "wh-1"), http.StatusCreated)
+			again := wantReplayed(t, wantStatus(t, e.post(e.admin, "/webhooks", body, "Idempotency-Key", "wh-1"), http.StatusCreated), true)
 			if !bytes.Equal(again.Body, first.Body) {
 				t.Fatalf("repeat %s, first %s", again.Body, first.Body)
 			}
@@ -148,25 +148,25 @@ func TestWebhooksAPIIdempotent(t *testing.T) {
 			t.Fatalf("no delivery: %v", err)
 		}
 		redeliver := "/webhooks/" + created.ID + "/deliveries/" + evID + "/redeliver"
-		wantStatus(t, e.post(e.admin, redeliver, map[string]any{}, "Idempotency-Key", "re-1"), http.StatusAccepted)
+		wantReplayed(t, wantStatus(t, e.post(e.admin, redeliver, map[string]any{}, "Idempotency-Key", "re-1"), http.StatusAccepted), false)
 		noWrites(t, s, func() {
-			wantStatus(t, e.post(e.admin, redeliver, map[string]any{}, "Idempotency-Key", "re-1"), http.StatusAccepted)
+			wantReplayed(t, wantStatus(t, e.post(e.admin, redeliver, map[string]any{}, "Idempotency-Key", "re-1"), http.StatusAccepted), true)
 			p := wantProblem(t, e.post(e.admin, "/webhooks/"+created.ID+"/deliveries/evt_other/redeliver", map[string]any{}, "Idempotency-Key", "re-1"), http.StatusUnprocessableEntity)
 			wantFields(t, p, "Idempotency-Key")
 		})
 
-		rot := wantStatus(t, e.post(e.admin, "/webhooks/"+created.ID+"/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusOK)
+		rot := wantReplayed(t, wantStatus(t, e.post(e.admin, "/webhooks/"+created.ID+"/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusOK), false)
 		noWrites(t, s, func() {
-			again := wantStatus(t, e.post(e.admin, "/webhooks/"+created.ID+"/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusOK)
+			again := wantReplayed(t, wantStatus(t, e.post(e.admin, "/webhooks/"+created.ID+"/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusOK), true)
 			if !bytes.Equal(again.Body, rot.Body) {
 				t.Fatalf("repeat %s, first %s", again.Body, rot.Body)
 			}
 			wantProblem(t, e.post(e.admin, "/webhooks/whk_other/rotate-secret", map[string]any{}, "Idempotency-Key", "rot-1"), http.StatusUnprocessableEntity)
 		})
 
-		wantStatus(t, e.del(e.admin, "/webhooks/"+created.ID, "Idempotency-Key", "del-1"), http.StatusNoContent)
+		wantReplayed(t, wantStatus(t, e.del(e.admin, "/webhooks/"+created.ID, "Idempotency-Key", "del-1"), http.StatusNoContent), false)
 		noWrites(t, s, func() {
-			wantStatus(t, e.del(e.admin, "/webhooks/"+created.ID, "Idempotency-Key", "del-1"), http.StatusNoContent)
+			wantReplayed(t, wantStatus(t, e.del(e.admin, "/webhooks/"+created.ID, "Idempotency-Key", "del-1"), http.StatusNoContent), true)
 			wantProblem(t, e.del(e.admin, "/webhooks/whk_other", "Idempotency-Key", "del-1"), http.StatusUnprocessableEntity)
 		})
 		wantProblem(t, e.del(e.admin, "/webhooks/"+created.ID), http.StatusNotFound)
@@ -176,4 +176,14 @@ func TestWebhooksAPIIdempotent(t *testing.T) {
 			t.Fatalf("%d webhook changes audited, want 4", n)
 		}
 	})
+}
+
+// wantReplayed checks that r carries Idempotent-Replayed: true exactly when
+// it is the stored answer to a repeat.
+func wantReplayed(t *testing.T, r apiResponse, replayed bool) apiResponse {
+	t.Helper()
+	if got := r.Header.Get("Idempotent-Replayed"); (got == "true") != replayed || (got != "" && got != "true") {
+		t.Fatalf("Idempotent-Replayed %q on %s; want it set: %v", got, r.Body, replayed)
+	}
+	return r
 }

@@ -69,6 +69,7 @@ type Store struct {
 	// through it too.
 	pool  *pgxpool.Pool
 	wire  wireStats
+	trace *poolTrace // nil on SQLite
 	maint maintState
 	// bulkHook, when set (tests only), runs before each session of a bulk
 	// is written, so a test can change the session in between.
@@ -155,8 +156,9 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 		NowFunc:                func() time.Time { return time.Now().UTC() },
 	}
 	var (
-		db   *gorm.DB
-		pool *pgxpool.Pool
+		db    *gorm.DB
+		pool  *pgxpool.Pool
+		trace *poolTrace
 	)
 	switch dialect {
 	case Postgres:
@@ -177,6 +179,8 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 		}
 		pcfg.MaxConns = int32(size)
 		pcfg.MaxConnIdleTime = 5 * time.Minute
+		trace = &poolTrace{}
+		pcfg.ConnConfig.Tracer = trace
 		if pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 			return nil, fmt.Errorf("open %s database: %w", dialect, err)
 		}
@@ -211,7 +215,7 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 		}
 		return nil, fmt.Errorf("connect to %s database: %w", dialect, err)
 	}
-	return &Store{DB: db, Dialect: dialect, Now: time.Now, Logger: log, Wake: NewBroker(), url: url, pool: pool}, nil
+	return &Store{DB: db, Dialect: dialect, Now: time.Now, Logger: log, Wake: NewBroker(), url: url, pool: pool, trace: trace}, nil
 }
 
 // URL is the database URL the store was opened with.

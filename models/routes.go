@@ -408,6 +408,7 @@ func (s *Store) DrainRoute(ctx context.Context, actor, idemKey, step string, in 
 			return DrainResult{}, err
 		}
 		if found {
+			noteReplay(ctx)
 			var r DrainResult
 			return r, prev.DecodeData(&r)
 		}

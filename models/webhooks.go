@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -634,8 +633,10 @@ type DeliveryJob struct {
 	QueuedAt   UTCTime
 	URL        string
 	// Secrets sign the delivery: the current one first, then the previous
-	// one during a rotation's grace.
+	// one during a rotation's grace. Signer signs with them, set up once for
+	// all the jobs of a webhook in a page or a claim.
 	Secrets []string
+	Signer  *WebhookSigner
 	// Body is the JSON POSTed: {"event_id","type","session_id","seq",
 	// "state_version","created_at","payload"}. It is built from the stored
 	// event, so every attempt sends the same bytes.
@@ -731,6 +732,7 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, n int, lease time.Du
 	for _, e := range evs {
 		evBy[e.ID] = e
 	}
+	signers := map[string]*WebhookSigner{}
 	jobs := make([]DeliveryJob, 0, len(claimed))
 	for _, c := range claimed {
 		h, ok1 := hookBy[c.WebhookID]
@@ -745,16 +747,21 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, n int, lease time.Du
 		if err != nil {
 			return nil, fmt.Errorf("claim webhook deliveries: %w", err)
 		}
-		body, err := json.Marshal(WebhookBody{
+		body := AppendWebhookBody(nil, WebhookBody{
 			EventID: e.ID, Type: e.Type, SessionID: e.SessionID, Seq: e.Seq,
 			StateVersion: e.VersionAfter, CreatedAt: e.CreatedAt, Payload: json.RawMessage(red[0].Payload),
 		})
-		if err != nil {
-			return nil, fmt.Errorf("claim webhook deliveries: body of %s: %w", e.ID, err)
+		secrets := h.signingSecrets(now)
+		sg, ok := signers[h.ID]
+		if !ok {
+			// A secret that does not decode leaves Signer nil: the
+			// attempt fails with the reason (web.Dispatcher.send).
+			sg, _ = NewWebhookSigner(secrets)
+			signers[h.ID] = sg
 		}
 		jobs = append(jobs, DeliveryJob{
 			WebhookID: c.WebhookID, EventID: c.EventID, SessionID: c.SessionID, Seq: c.Seq, Attempt: c.Attempt,
-			LeaseToken: c.LeaseToken, QueuedAt: c.QueuedAt, URL: h.URL, Secrets: h.signingSecrets(now), Body: body,
+			LeaseToken: c.LeaseToken, QueuedAt: c.QueuedAt, URL: h.URL, Secrets: secrets, Signer: sg, Body: body,
 		})
 	}
 	return jobs, nil
@@ -764,19 +771,11 @@ func (s *Store) ClaimWebhookDeliveries(ctx context.Context, n int, lease time.Du
 // "v1,<signature>" per secret, space-separated, as the Standard Webhooks
 // specification allows during a key rotation.
 func SignWebhook(secrets []string, msgID string, ts time.Time, body []byte) (string, error) {
-	sigs := make([]string, 0, len(secrets))
-	for _, sec := range secrets {
-		wh, err := standardwebhooks.NewWebhook(sec)
-		if err != nil {
-			return "", fmt.Errorf("webhook secret: %w", err)
-		}
-		sig, err := wh.Sign(msgID, ts, body)
-		if err != nil {
-			return "", fmt.Errorf("sign webhook %s: %w", msgID, err)
-		}
-		sigs = append(sigs, sig)
+	sg, err := NewWebhookSigner(secrets)
+	if err != nil {
+		return "", err
 	}
-	return strings.Join(sigs, " "), nil
+	return sg.Sign(msgID, ts, body), nil
 }
 
 // DeliveryResult is the outcome of one attempt: the receiver's status code
@@ -912,12 +911,17 @@ type WebhookCursor struct {
 	ID        string
 	Types     string
 	CursorPos int64
+	// Open is whether the webhook had a pending or sending delivery when
+	// the cursors were read: when none has, a pass need not look for due
+	// or expired deliveries.
+	Open bool
 }
 
 // WebhookCursors lists every webhook's feed cursor.
 func (s *Store) WebhookCursors(ctx context.Context) ([]WebhookCursor, error) {
 	var ws []WebhookCursor
-	if err := s.DB.WithContext(ctx).Raw(`SELECT id, types, cursor_pos FROM webhooks ORDER BY id`).Scan(&ws).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(`SELECT id, types, cursor_pos, EXISTS (SELECT 1 FROM webhook_deliveries d
+	WHERE d.webhook_id = webhooks.id AND d.status IN ('pending', 'sending')) AS open FROM webhooks ORDER BY id`).Scan(&ws).Error; err != nil {
 		return nil, fmt.Errorf("list webhook cursors: %w", err)
 	}
 	return ws, nil
@@ -970,52 +974,94 @@ func (s *Store) LeaseWebhookPage(ctx context.Context, w WebhookCursor, limit int
 	now := s.now()
 	page := &WebhookPage{WebhookID: w.ID, From: w.CursorPos, To: next, Token: NewID("wls"), Leased: NewUTCTime(now),
 		Full: len(fp.Events) == limit}
-	var hooks []Webhook
-	db := s.DB.WithContext(ctx)
-	if err := db.Raw(`UPDATE webhooks SET lease_token = ?, lease_expires_at = ?
-WHERE id = ? AND cursor_pos = ? AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
-RETURNING id, url, secret, old_secret, old_secret_expires_at`,
-		page.Token, NewUTCTime(now.Add(lease)), w.ID, w.CursorPos, page.Leased).Scan(&hooks).Error; err != nil {
-		return nil, fmt.Errorf("webhook %s: lease page: %w", w.ID, err)
-	}
-	if len(hooks) != 1 {
-		return nil, nil
-	}
-	h := hooks[0]
-	if len(fp.Events) == 0 {
-		return page, nil
-	}
 	sessions := make([]string, 0, len(fp.Events))
 	for _, e := range fp.Events {
 		sessions = append(sessions, e.SessionID)
 	}
 	slicesSortCompact(&sessions)
-	var open []string
-	if err := db.Raw(`SELECT DISTINCT session_id FROM webhook_deliveries
-WHERE webhook_id = ? AND status IN ('pending', 'sending') AND session_id IN ?`, w.ID, sessions).Scan(&open).Error; err != nil {
-		return nil, fmt.Errorf("webhook %s: open deliveries: %w", w.ID, err)
+	h, open, ok, err := s.leaseWebhook(ctx, w, page, now.Add(lease), sessions)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if len(fp.Events) == 0 {
+		return page, nil
 	}
 	held := make(map[string]bool, len(open))
 	for _, id := range open {
 		held[id] = true
 	}
 	secrets := h.signingSecrets(now)
+	// A secret that does not decode leaves Signer nil: each attempt then
+	// fails with the reason (web.Dispatcher.send).
+	signer, _ := NewWebhookSigner(secrets)
+	page.Jobs = make([]DeliveryJob, 0, len(fp.Events))
+	page.Held = make([]bool, 0, len(fp.Events))
 	for _, e := range fp.Events {
-		body, err := json.Marshal(WebhookBody{
+		// ReadFeed checked the payload (a row that is not JSON is told
+		// as a string), so the body is built without a second look.
+		body := appendWebhookBody(make([]byte, 0, 160+len(e.Payload)), WebhookBody{
 			EventID: e.EventID, Type: e.Type, SessionID: e.SessionID, Seq: e.Seq,
 			StateVersion: e.VersionAfter, CreatedAt: e.CreatedAt, Payload: e.Payload,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("webhook %s: body of %s: %w", w.ID, e.EventID, err)
-		}
+		}, true)
 		page.Jobs = append(page.Jobs, DeliveryJob{
 			WebhookID: w.ID, EventID: e.EventID, SessionID: e.SessionID, Seq: e.Seq, Attempt: 1,
-			LeaseToken: page.Token, QueuedAt: page.Leased, URL: h.URL, Secrets: secrets, Body: body,
+			LeaseToken: page.Token, QueuedAt: page.Leased, URL: h.URL, Secrets: secrets, Signer: signer, Body: body,
 			feedPos: e.Pos,
 		})
 		page.Held = append(page.Held, held[e.SessionID])
 	}
 	return page, nil
+}
+
+// leaseWebhook takes the lease of the webhook's page (a compare-and-set on
+// its cursor, refused while another dispatcher's lease runs) and returns
+// the webhook's URL and secrets, and which of sessions still have an open
+// (pending or sending) delivery to it. ok is false when the lease was not
+// taken. On PostgreSQL that is one statement.
+func (s *Store) leaseWebhook(ctx context.Context, w WebhookCursor, page *WebhookPage, until time.Time, sessions []string) (h Webhook, open []string, ok bool, err error) {
+	const lease = `UPDATE webhooks SET lease_token = ?, lease_expires_at = ?
+WHERE id = ? AND cursor_pos = ? AND (lease_expires_at IS NULL OR lease_expires_at <= ?)
+RETURNING url, secret, old_secret, old_secret_expires_at`
+	args := []any{page.Token, NewUTCTime(until), w.ID, w.CursorPos, page.Leased}
+	if s.pool != nil {
+		// The sessions with an open delivery come back with the lease.
+		const q = `UPDATE webhooks SET lease_token = $1, lease_expires_at = $2
+WHERE id = $3 AND cursor_pos = $4 AND (lease_expires_at IS NULL OR lease_expires_at <= $5)
+RETURNING ARRAY(SELECT DISTINCT session_id FROM webhook_deliveries
+	WHERE webhook_id = webhooks.id AND status IN ('pending', 'sending') AND session_id = ANY($6::text[])),
+	url, secret, old_secret, old_secret_expires_at`
+		a := append(args, sessions)
+		rows, err := s.pool.Query(ctx, q, a...)
+		if err != nil {
+			return h, nil, false, fmt.Errorf("webhook %s: lease page: %w", w.ID, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := rows.Scan(&open, &h.URL, &h.Secret, &h.OldSecret, &h.OldSecretExpiresAt); err != nil {
+				return h, nil, false, fmt.Errorf("webhook %s: lease page: %w", w.ID, err)
+			}
+			ok = true
+		}
+		if err := rows.Err(); err != nil {
+			return h, nil, false, fmt.Errorf("webhook %s: lease page: %w", w.ID, err)
+		}
+		return h, open, ok, nil
+	}
+	var hooks []Webhook
+	db := s.DB.WithContext(ctx)
+	if err := db.Raw(lease, args...).Scan(&hooks).Error; err != nil {
+		return h, nil, false, fmt.Errorf("webhook %s: lease page: %w", w.ID, err)
+	}
+	if len(hooks) != 1 {
+		return h, nil, false, nil
+	}
+	if len(sessions) > 0 {
+		if err := db.Raw(`SELECT DISTINCT session_id FROM webhook_deliveries
+WHERE webhook_id = ? AND status IN ('pending', 'sending') AND session_id IN ?`, w.ID, sessions).Scan(&open).Error; err != nil {
+			return h, nil, false, fmt.Errorf("webhook %s: open deliveries: %w", w.ID, err)
+		}
+	}
+	return hooks[0], open, true, nil
 }
 
 // RecordWebhookPage records a leased page: for each job, its attempt's
@@ -1064,7 +1110,77 @@ func (s *Store) RecordWebhookPage(ctx context.Context, page *WebhookPage, sent [
 		rows[i] = d
 		out[i] = d.Status
 	}
-	err := s.Transact(ctx, func(tx *gorm.DB) error {
+	var err error
+	if s.pool != nil {
+		err = s.retry(ctx, func() error { return s.recordPagePostgres(ctx, page, rows, nowT) })
+	} else {
+		err = s.recordPageSQLite(ctx, page, rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s: record page after %d: %w", page.WebhookID, page.From, err)
+	}
+	return out, nil
+}
+
+// recordPageSQL moves the cursor past the page, releases the lease and
+// inserts the page's delivery rows, in ONE statement: the rows travel as
+// one array per column (unnest), so that neither the statement's text nor
+// its parameter count grows with the page, and the insert happens only
+// when the compare-and-set on the cursor did (a statement is atomic). The
+// nullable columns travel as plain integers, 0 for NULL (no status code is
+// 0; times as Unix microseconds), which pgx encodes without reflection.
+const recordPageSQL = `WITH moved AS (
+	UPDATE webhooks SET cursor_pos = $1, lease_token = NULL, lease_expires_at = NULL
+	WHERE id = $2 AND cursor_pos = $3 AND lease_token = $4
+	RETURNING id
+), ins AS (
+	INSERT INTO webhook_deliveries (webhook_id, event_id, session_id, seq, feed_pos, status, attempt,
+		status_code, error, next_attempt_at, queued_at, delivered_at, created_at, updated_at)
+	SELECT moved.id, r.event_id, r.session_id, r.seq, r.feed_pos, r.status, r.attempt,
+		NULLIF(r.code, 0), r.error, timestamptz 'epoch' + NULLIF(r.next_us, 0) * interval '1 microsecond',
+		$5::timestamptz, timestamptz 'epoch' + NULLIF(r.delivered_us, 0) * interval '1 microsecond',
+		$6::timestamptz, $6::timestamptz
+	FROM moved, unnest($7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::int[],
+		$13::int[], $14::text[], $15::bigint[], $16::bigint[])
+		AS r(event_id, session_id, seq, feed_pos, status, attempt, code, error, next_us, delivered_us)
+	ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM moved`
+
+func (s *Store) recordPagePostgres(ctx context.Context, page *WebhookPage, rows []Delivery, now UTCTime) error {
+	n := len(rows)
+	var (
+		events, sessions, statuses, errs = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		seqs, poss, next, delivered      = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		attempts, codes                  = make([]int32, n), make([]int32, n)
+	)
+	for i, d := range rows {
+		events[i], sessions[i], statuses[i], errs[i] = d.EventID, d.SessionID, string(d.Status), d.Error
+		seqs[i], poss[i], attempts[i] = d.Seq, d.FeedPos, int32(d.Attempt)
+		if d.StatusCode != nil {
+			codes[i] = int32(*d.StatusCode)
+		}
+		if d.NextAttemptAt != nil {
+			next[i] = d.NextAttemptAt.UnixMicro()
+		}
+		if d.DeliveredAt != nil {
+			delivered[i] = d.DeliveredAt.UnixMicro()
+		}
+	}
+	var moved int64
+	if err := s.pool.QueryRow(ctx, recordPageSQL, page.To, page.WebhookID, page.From, page.Token, page.Leased, now,
+		events, sessions, seqs, poss, statuses, attempts, codes, errs, next, delivered).Scan(&moved); err != nil {
+		return err
+	}
+	if moved == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// recordPageSQLite is recordPagePostgres on SQLite, in a transaction.
+func (s *Store) recordPageSQLite(ctx context.Context, page *WebhookPage, rows []Delivery) error {
+	return s.Transact(ctx, func(tx *gorm.DB) error {
 		res := tx.Exec(`UPDATE webhooks SET cursor_pos = ?, lease_token = NULL, lease_expires_at = NULL
 WHERE id = ? AND cursor_pos = ? AND lease_token = ?`, page.To, page.WebhookID, page.From, page.Token)
 		if res.Error != nil {
@@ -1101,8 +1217,4 @@ status_code, error, next_attempt_at, queued_at, delivered_at, created_at, update
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("webhook %s: record page after %d: %w", page.WebhookID, page.From, err)
-	}
-	return out, nil
 }

@@ -248,6 +248,7 @@ func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, 
 		// version, lost lease): answer with the first outcome.
 		prev, found, lerr := lookupIdempotency(s.DB.WithContext(ctx), scope, key, fingerprint)
 		if lerr == nil && found {
+			noteReplay(ctx)
 			return prev, nil
 		}
 		if lerr != nil && ErrorCode(lerr) == EIDEMPOTENCY {
@@ -255,6 +256,27 @@ func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, 
 		}
 	}
 	return out, err
+}
+
+// replayNoteKey keys the flag of NoteReplay in a context.
+type replayNoteKey struct{}
+
+// NoteReplay returns a context under which a write records in *replayed
+// that it answered with the stored outcome of an earlier call with the same
+// idempotency key instead of writing (the API then sets
+// Idempotent-Replayed). The session commands, which return an Outcome, say
+// it with Outcome.Replayed; the route and webhook commands return their own
+// types and say it this way.
+func NoteReplay(ctx context.Context) (_ context.Context, replayed *bool) {
+	replayed = new(bool)
+	return context.WithValue(ctx, replayNoteKey{}, replayed), replayed
+}
+
+// noteReplay sets the flag of NoteReplay, if ctx carries one.
+func noteReplay(ctx context.Context) {
+	if p, ok := ctx.Value(replayNoteKey{}).(*bool); ok {
+		*p = true
+	}
 }
 
 func lookupIdempotency(db *gorm.DB, scope, key, fingerprint string) (Outcome, bool, error) {

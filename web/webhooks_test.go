@@ -600,3 +600,92 @@ func TestWebhookPageLeaseAndCrash(t *testing.T) {
 		}
 	})
 }
+
+// TestWebhookPageStatements pins what delivering the feed costs the
+// database on PostgreSQL, in statements counted on the store's pool
+// (models.Store.PoolStats): a pass reads the cursors once (and, with no
+// delivery open anywhere, nothing else of the claim path), and each page
+// of the feed takes four statements whatever its size: the feed's end and
+// the page, the lease (which brings back the sessions still held), and the
+// record (cursor moved and one row per event inserted, in one statement).
+// A statement per event, or one that slips back in per page, fails here
+// rather than as a slower bench. The rows recorded are checked too.
+func TestWebhookPageStatements(t *testing.T) {
+	s := storetest.New(t, models.Postgres)
+	ctx := context.Background()
+	rc := newReceiver(t, func(int, received) int { return 204 })
+	w, _ := registerHook(t, s, rc.srv.URL)
+	d := &Dispatcher{Store: s, EnqueueLimit: 10, Log: slog.New(slog.DiscardHandler)}
+	measure := func(sessions, wantEvents, wantStatements int) {
+		t.Helper()
+		// Sessions created only: a delegation would also send a queue
+		// notice from the store's announcer, a statement of the write
+		// path that may land inside the measure.
+		for range sessions {
+			storetest.Session(ctx, t, s, nil)
+		}
+		if _, err := s.SequenceFeed(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st0, _ := s.PoolStats()
+		rep, err := d.Pass(ctx)
+		st1, _ := s.PoolStats()
+		if err != nil || rep.Delivered != wantEvents {
+			t.Fatalf("pass = %+v, %v; want %d delivered", rep, err, wantEvents)
+		}
+		if got := st1 - st0; got != int64(wantStatements) {
+			t.Errorf("%d events delivered with %d statements; want %d", wantEvents, got, wantStatements)
+		}
+	}
+	// One event per session. One page of 4: cursors, then 4 for the page.
+	measure(4, 4, 1+4)
+	// Three pages of 10, 10 and 4: the statements follow the pages, not
+	// the events.
+	measure(24, 24, 1+3*4)
+	// Nothing new: the cursors and the feed's end.
+	measure(0, 0, 2)
+
+	ds, err := s.ListWebhookDeliveries(ctx, w.ID, 100)
+	if err != nil || len(ds) != 28 {
+		t.Fatalf("deliveries = %d, %v; want 28", len(ds), err)
+	}
+	for _, dl := range ds {
+		if dl.Status != models.DeliveryDelivered || dl.Attempt != 1 || dl.StatusCode == nil || *dl.StatusCode != 204 ||
+			dl.Error != "" || dl.DeliveredAt == nil || dl.NextAttemptAt != nil || !dl.DeliveredAt.Equal(dl.UpdatedAt.Time) {
+			t.Errorf("delivery recorded as %+v; want delivered at the first attempt with 204, when it was recorded", dl)
+		}
+	}
+	if rc.unique() != 28 {
+		t.Errorf("receiver got %d events, want 28", rc.unique())
+	}
+
+	// A page whose delivery gets no answer: recorded pending, without a
+	// status code, with the reason and its retry after the time it was
+	// recorded; the session's second event waits behind it, due now.
+	hang := newReceiver(t, func(int, received) int { return 0 })
+	if err := s.DeleteWebhook(ctx, "test:admin", "", w.ID); err != nil {
+		t.Fatal(err)
+	}
+	w2, _ := registerHook(t, s, hang.srv.URL)
+	d2 := &Dispatcher{Store: s, Policy: fastPolicy(), Log: slog.New(slog.DiscardHandler)}
+	storetest.Delegated(ctx, t, s, "stmts")
+	if _, err := s.SequenceFeed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := d2.Pass(ctx); err != nil || rep.Retrying != 1 {
+		t.Fatalf("pass = %+v, %v; want 1 retrying", rep, err)
+	}
+	ds, err = s.ListWebhookDeliveries(ctx, w2.ID, 10)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("deliveries = %+v, %v", ds, err)
+	}
+	held, first := ds[0], ds[1] // newest first
+	if first.Status != models.DeliveryPending || first.Attempt != 1 || first.StatusCode != nil || !strings.Contains(first.Error, "timed out") ||
+		first.NextAttemptAt == nil || !first.NextAttemptAt.After(first.UpdatedAt.Time) || first.DeliveredAt != nil {
+		t.Errorf("unanswered delivery recorded as %+v", first)
+	}
+	if held.Status != models.DeliveryPending || held.Attempt != 0 || held.StatusCode != nil || held.NextAttemptAt == nil ||
+		!held.NextAttemptAt.Equal(held.UpdatedAt.Time) {
+		t.Errorf("held delivery recorded as %+v", held)
+	}
+}

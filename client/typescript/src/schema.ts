@@ -3246,6 +3246,8 @@ export interface operations {
             /** @description The route as stored. */
             200: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3293,6 +3295,8 @@ export interface operations {
             /** @description The route was deleted. */
             204: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3333,6 +3337,8 @@ export interface operations {
             /** @description What was delegated. */
             200: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3556,6 +3562,8 @@ export interface operations {
             /** @description Registered; the secret is shown once. */
             201: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3596,6 +3604,8 @@ export interface operations {
             /** @description Deleted. */
             204: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3632,6 +3642,8 @@ export interface operations {
             /** @description The new secret. */
             200: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3791,6 +3803,8 @@ export interface operations {
             /** @description Queued. */
             202: {
                 headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content?: never;
