@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,6 +25,9 @@ func ConsoleSession(s *models.Store) echo.HandlerFunc {
 			return err
 		}
 		status := http.StatusOK
+		if d.TimelineError != "" {
+			status = http.StatusUnprocessableEntity
+		}
 		if err := loadHistory(c, s, &d); err != nil {
 			var ve *models.ValidationError
 			if !errors.As(err, &ve) {
@@ -40,7 +44,8 @@ func ConsoleSession(s *models.Store) echo.HandlerFunc {
 // decides which takeover forms the current user gets.
 func loadSessionPage(c echo.Context, s *models.Store, id string) (views.SessionPageData, error) {
 	ctx := c.Request().Context()
-	detail, err := s.GetSessionDetail(ctx, id, models.ReaderOfUser(*CurrentUser(c)))
+	q, timelineErr := timelineQuery(c)
+	detail, err := s.GetSessionDetailPage(ctx, id, models.ReaderOfUser(*CurrentUser(c)), q)
 	if err != nil {
 		return views.SessionPageData{}, err
 	}
@@ -48,13 +53,32 @@ func loadSessionPage(c echo.Context, s *models.Store, id string) (views.SessionP
 		SessionDetail: detail,
 		Now:           s.Now().UTC(),
 		Actions:       models.TakeoverActions(detail.State, *CurrentUser(c)),
-		TypeFilter:    models.EventType(strings.TrimSpace(c.QueryParam("type"))),
+		TypeFilter:    q.Type,
 		FormKey:       models.RandomSecret(12),
+		TimelineError: timelineErr,
 	}
 	if d.Names, err = s.DisplayNames(ctx, detail.Actors()...); err != nil {
 		return d, fmt.Errorf("session %s: %w", id, err)
 	}
 	return d, nil
+}
+
+// timelineQuery reads the timeline page of ?before= and ?type=. A page that
+// cannot be read falls back to the newest page with the reason, so that the
+// rest of the page still works.
+func timelineQuery(c echo.Context) (models.TimelineQuery, string) {
+	q := models.TimelineQuery{Type: models.EventType(strings.TrimSpace(c.QueryParam("type")))}
+	if q.Type != "" && !slices.Contains(models.AllEventTypes, q.Type) {
+		return models.TimelineQuery{}, "There is no event type “" + string(q.Type) + "”; showing every type."
+	}
+	if raw := strings.TrimSpace(c.QueryParam("before")); raw != "" {
+		b, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || b < 1 {
+			return models.TimelineQuery{Type: q.Type}, "The timeline position must be a positive whole number; showing the newest events."
+		}
+		q.Before = b
+	}
+	return q, ""
 }
 
 // loadHistory fills the state at ?version= and the diff of ?from= and ?to=.
