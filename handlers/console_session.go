@@ -130,3 +130,36 @@ func versionParam(field, raw string) (int64, error) {
 	}
 	return v, nil
 }
+
+// ConsoleSessionChanges serves GET /console/sessions/:id/changes?version=V,
+// which the session page polls: 204 while the session is still at V, else
+// the notice of what moved it on. Only the notice is swapped, so nothing
+// typed into the page's forms is lost.
+func ConsoleSessionChanges(s *models.Store) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		v, err := strconv.ParseInt(strings.TrimSpace(c.QueryParam("version")), 10, 64)
+		if err != nil || v < 0 {
+			return c.String(http.StatusBadRequest, "version must be a whole number")
+		}
+		ctx := c.Request().Context()
+		id := c.Param("id")
+		ch, err := s.ChangesSince(ctx, id, v)
+		if err != nil {
+			return err
+		}
+		if ch.Version <= v {
+			return c.NoContent(http.StatusNoContent)
+		}
+		actors := make([]string, len(ch.Events))
+		for i, e := range ch.Events {
+			actors[i] = e.Actor
+		}
+		names, err := s.DisplayNames(ctx, actors...)
+		if err != nil {
+			return fmt.Errorf("session %s: changes: %w", id, err)
+		}
+		// A fragment: no layout, never cached.
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return Render(c, http.StatusOK, views.ChangeNotice(id, v, ch, names))
+	}
+}

@@ -186,3 +186,43 @@ func holds(evs []Event, t EventType) bool {
 	}
 	return false
 }
+
+// SessionChanges is what moved a session on since a version, for the
+// session page's change notice.
+type SessionChanges struct {
+	// Version is the session's version now.
+	Version int64
+	// Events are the newest events that moved the version past the one
+	// asked about, newest first, at most maxChangeEvents.
+	Events []Event
+	// More is set when more events than those moved it.
+	More bool
+}
+
+const maxChangeEvents = 3
+
+// ChangesSince says what happened to the session after version v: nothing
+// (Version <= v) with one primary-key read, else also the newest events
+// that moved the version, read backwards on events (session_id, seq) from
+// the newest (seq is never below the version an event produces).
+func (s *Store) ChangesSince(ctx context.Context, sessionID string, v int64) (SessionChanges, error) {
+	row, err := s.GetSession(ctx, sessionID)
+	if err != nil {
+		return SessionChanges{}, err
+	}
+	c := SessionChanges{Version: row.StateVersion}
+	if row.StateVersion <= v {
+		return c, nil
+	}
+	var evs []Event
+	err = s.DB.WithContext(ctx).Where("session_id = ? AND seq > ? AND version_after > ? AND version_before <> version_after", sessionID, v, v).
+		Order("seq DESC").Limit(maxChangeEvents + 1).Find(&evs).Error
+	if err != nil {
+		return SessionChanges{}, fmt.Errorf("session %s: changes since v%d: %w", sessionID, v, err)
+	}
+	if len(evs) > maxChangeEvents {
+		evs, c.More = evs[:maxChangeEvents], true
+	}
+	c.Events = evs
+	return c, nil
+}

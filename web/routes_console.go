@@ -18,6 +18,7 @@ func consoleRoutes(e *echo.Echo, s *models.Store) {
 	e.GET("/console/inbox", handlers.ConsoleInbox(s), agents)
 	e.GET("/console/inbox/waiting", handlers.ConsoleWaiting(s), agents)
 	e.GET("/console/sessions/:id", handlers.ConsoleSession(s), handlers.RequireUser())
+	e.GET("/console/sessions/:id/changes", handlers.ConsoleSessionChanges(s), handlers.RequireUser())
 	for _, a := range handlers.ConsoleActions() {
 		// The roles the takeover policy lets take the action on some
 		// session; the command checks the session's state.
