@@ -78,7 +78,7 @@ func ConsoleAction(s *models.Store, a models.TakeoverAction) echo.HandlerFunc {
 			if check, cerr := queueCheck(c, s, a, values); cerr != nil {
 				return cerr
 			} else if check != nil {
-				if shown, rerr := renderQueueCheck(c, s, id, a, values, check); shown || rerr != nil {
+				if shown, rerr := renderQueueCheck(c, s, id, a, expected, values, check); shown || rerr != nil {
 					return rerr
 				}
 			}
@@ -143,13 +143,16 @@ func queueCheck(c echo.Context, s *models.Store, a models.TakeoverAction, values
 // renderQueueCheck shows the form again with what was typed and the queue
 // confirmation; nothing was written (422, like any form that needs more from
 // the user). It shows nothing (false) when the page does not offer the form
-// to this user now: then the command runs and says why it refuses.
-func renderQueueCheck(c echo.Context, s *models.Store, id string, a models.TakeoverAction, values map[string]string, check *views.QueueCheck) (bool, error) {
+// to this user now or the form is stale: then the command runs and says why
+// it refuses.
+func renderQueueCheck(c echo.Context, s *models.Store, id string, a models.TakeoverAction, expected int64, values map[string]string, check *views.QueueCheck) (bool, error) {
 	d, err := loadSessionPage(c, s, id)
 	if err != nil {
 		return true, err
 	}
-	if !slices.Contains(d.Actions, a) {
+	// A form from an older version gets the conflict banner first: the
+	// re-rendered form would otherwise carry the new version unseen.
+	if !slices.Contains(d.Actions, a) || d.Row.StateVersion != expected {
 		return false, nil
 	}
 	d.Forms = map[models.TakeoverAction]views.ActionForm{a: {Values: values, QueueCheck: check}}
