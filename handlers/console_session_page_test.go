@@ -6,9 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
+	"github.com/taskpilots/handoff/views"
 	"github.com/taskpilots/handoff/web"
 )
 
@@ -181,4 +183,44 @@ func stateOf(t *testing.T, s *models.Store, id string) models.State {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestTimeZoneSetting: a user saves a time zone on the account page; the
+// session page rendered for a browser without script shows times in it
+// (UTC stays in the title); a name that is no time zone is refused inline
+// and nothing is saved.
+func TestTimeZoneSetting(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		b := newBrowser(t, s, web.Config{})
+		ana, u := agent(t, b, "Ana Agent", models.RoleAgent)
+		id := workerEscalated(t, s, nil)
+		form := getDoc(ana, "/console/account/password").Find(`[data-testid="time-zone-form"]`)
+		p := submitForm(ana, form, map[string]string{"time_zone": "Mars/Olympus"})
+		doc := p.Doc(t)
+		if p.StatusCode != http.StatusUnprocessableEntity || doc.Find(`[data-field="time_zone"]`).Length() != 1 {
+			t.Fatalf("bad zone: status %d", p.StatusCode)
+		}
+		if got, _ := doc.Find(`#time_zone`).Attr("value"); got != "Mars/Olympus" {
+			t.Errorf("typed zone not kept: %q", got)
+		}
+		if got, err := s.GetUser(context.Background(), u.ID); err != nil || got.TimeZone != "" {
+			t.Fatalf("saved %q, %v", got.TimeZone, err)
+		}
+		if p := submitForm(ana, doc.Find(`[data-testid="time-zone-form"]`), map[string]string{"time_zone": "Asia/Tokyo"}); p.StatusCode != http.StatusSeeOther {
+			t.Fatalf("good zone: status %d", p.StatusCode)
+		}
+		evs, err := s.Timeline(context.Background(), id, models.EventSessionCreated)
+		if err != nil || len(evs) != 1 {
+			t.Fatal(err)
+		}
+		tokyo, _ := time.LoadLocation("Asia/Tokyo")
+		at := evs[0].CreatedAt.Time
+		tm := getDoc(ana, "/console/sessions/"+id).Find(`[data-testid="event-row"][data-type="session.created"] time`)
+		if got, want := squash(tm), at.In(tokyo).Format("2006-01-02 15:04 MST"); got != want {
+			t.Errorf("time = %q, want %q", got, want)
+		}
+		if title, _ := tm.Attr("title"); title != views.Stamp(at) {
+			t.Errorf("title = %q, want UTC", title)
+		}
+	})
 }
