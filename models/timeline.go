@@ -199,12 +199,19 @@ type SessionChanges struct {
 	More bool
 }
 
-const maxChangeEvents = 3
+const (
+	maxChangeEvents = 3
+	// changeWindow is how many of the newest events the notice reads to
+	// find the ones that moved the version (audit-only events, such as
+	// SLA markers and review scores, are skipped).
+	changeWindow = 20
+)
 
 // ChangesSince says what happened to the session after version v: nothing
 // (Version <= v) with one primary-key read, else also the newest events
-// that moved the version, read backwards on events (session_id, seq) from
-// the newest (seq is never below the version an event produces).
+// that moved the version, from one backward range read of the newest
+// events on events (session_id, seq); seq is never below the version an
+// event produces.
 func (s *Store) ChangesSince(ctx context.Context, sessionID string, v int64) (SessionChanges, error) {
 	row, err := s.GetSession(ctx, sessionID)
 	if err != nil {
@@ -215,14 +222,24 @@ func (s *Store) ChangesSince(ctx context.Context, sessionID string, v int64) (Se
 		return c, nil
 	}
 	var evs []Event
-	err = s.DB.WithContext(ctx).Where("session_id = ? AND seq > ? AND version_after > ? AND version_before <> version_after", sessionID, v, v).
-		Order("seq DESC").Limit(maxChangeEvents + 1).Find(&evs).Error
+	err = s.DB.WithContext(ctx).Where("session_id = ? AND seq > ?", sessionID, v).
+		Order("seq DESC").Limit(changeWindow).Find(&evs).Error
 	if err != nil {
 		return SessionChanges{}, fmt.Errorf("session %s: changes since v%d: %w", sessionID, v, err)
 	}
-	if len(evs) > maxChangeEvents {
-		evs, c.More = evs[:maxChangeEvents], true
+	for _, e := range evs {
+		if e.VersionAfter <= v || e.VersionBefore == e.VersionAfter {
+			continue
+		}
+		if len(c.Events) == maxChangeEvents {
+			c.More = true
+			break
+		}
+		c.Events = append(c.Events, e)
 	}
-	c.Events = evs
+	if n := len(c.Events); n > 0 && c.Events[n-1].VersionBefore > v {
+		// Versions between v and the oldest event read moved too.
+		c.More = true
+	}
 	return c, nil
 }

@@ -240,6 +240,25 @@ func TestSessionPageCostIndependentOfHistory(t *testing.T) {
 			t.Fatalf("%+v: no events query captured: %v", q, *captured)
 		}
 	}
+
+	// The change notice's poll: one primary-key read while nothing
+	// changed, an index range when something did.
+	*captured = (*captured)[:0]
+	if c, err := s.ChangesSince(ctx, big, 5); err != nil || c.Version != 5 || len(*captured) != 1 {
+		t.Fatalf("unchanged: %+v, %v, %d queries", c, err, len(*captured))
+	}
+	*captured = (*captured)[:0]
+	c, err := s.ChangesSince(ctx, big, 2)
+	if err != nil || c.Version != 5 || len(c.Events) != 3 || c.Events[0].Type != models.EventHumanClaimed || c.More {
+		t.Fatalf("changed: %+v, %v", c, err)
+	}
+	var plan []string
+	if err := s.DB.Raw("EXPLAIN " + (*captured)[1]).Scan(&plan).Error; err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") || !strings.Contains(text, "events_session_") {
+		t.Errorf("changes since: %s\n%s", (*captured)[1], text)
+	}
 }
 
 // BenchmarkSessionPage opens the newest page of a session's timeline for
