@@ -98,6 +98,7 @@ var accessMatrix = map[string]routeCase{
 	"GET /console/account/password":             {want: pageAccess(200, 200, 200)},
 	"POST /console/account/password":            {want: formAccess(422, 422, 422)},
 	"POST /console/account/sign-out-everywhere": {want: formAccess(303, 303, 303)},
+	"POST /console/account/time-zone":           {want: formAccess(303, 303, 303)},
 
 	// The support console.
 	"GET /console":                                     {want: pageAccess(200, 403, 200)},
@@ -105,6 +106,7 @@ var accessMatrix = map[string]routeCase{
 	"GET /console/sessions":                            {want: pageAccess(200, 200, 200)},
 	"GET /console/sessions/:id":                        {path: "/console/sessions/ses_missing", want: pageAccess(404, 404, 404)},
 	"POST /console/sessions/bulk":                      {want: formAccess(422, 403, 422)},
+	"GET /console/sessions/:id/changes":                {path: "/console/sessions/ses_missing/changes?version=1", want: pageAccess(404, 404, 404)},
 	"POST /console/sessions/:id/claim":                 {path: "/console/sessions/ses_missing/claim", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/release":               {path: "/console/sessions/ses_missing/release", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/force-release":         {path: "/console/sessions/ses_missing/force-release", want: formAccess(403, 403, 404)},

@@ -294,6 +294,9 @@ func (a *Auth) renderPassword(c echo.Context, status int, d views.PasswordData) 
 	d.MustChange = u.MustChangePassword
 	d.Next = SafeNext(d.Next, "")
 	d.MinLength = models.MinPasswordLen
+	if d.TimeZoneError == "" {
+		d.TimeZone = u.TimeZone
+	}
 	logins, err := a.Store.ListUserLogins(c.Request().Context(), u.ID, a.Logins)
 	if err != nil {
 		return err
@@ -370,4 +373,27 @@ func (a *Auth) SignOutEverywhere(c echo.Context) error {
 	}
 	a.Log.Info("signed out everywhere", "user_id", u.ID, "logins", n)
 	return c.Redirect(http.StatusSeeOther, "/login?everywhere=1")
+}
+
+// SetTimeZone serves POST /console/account/time-zone: the user's time zone,
+// the fallback for times shown without the browser's zone. A name that is
+// not a time zone re-renders the form with the error and what was typed.
+func (a *Auth) SetTimeZone(c echo.Context) error {
+	u := CurrentUser(c)
+	tz := strings.TrimSpace(c.FormValue("time_zone"))
+	err := a.Store.SetTimeZone(c.Request().Context(), u.ID, tz)
+	if errs, ok := fieldErrors(err); ok {
+		return a.renderPassword(c, http.StatusUnprocessableEntity, views.PasswordData{TimeZone: tz, TimeZoneError: "The time zone " + errs["time_zone"] + "."})
+	}
+	if err != nil {
+		return err
+	}
+	text := "Time zone saved: " + tz + "."
+	if tz == "" {
+		text = "Time zone cleared: times without script are shown in UTC."
+	}
+	if err := AddFlash(c, views.Banner{Kind: "success", Text: text}); err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, PasswordPath)
 }

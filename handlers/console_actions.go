@@ -77,6 +77,15 @@ func ConsoleAction(s *models.Store, a models.TakeoverAction) echo.HandlerFunc {
 		}
 		expected, err := versionParam("expected_version", c.FormValue("state_version"))
 		if err == nil {
+			if check, cerr := queueCheck(c, s, a, values); cerr != nil {
+				return cerr
+			} else if check != nil {
+				if shown, rerr := renderQueueCheck(c, s, id, a, expected, values, check); shown || rerr != nil {
+					return rerr
+				}
+			}
+		}
+		if err == nil {
 			_, err = runAction(c.Request().Context(), s, a, id, *CurrentUser(c), c.FormValue("idempotency_key"), expected, values)
 		}
 		if err != nil {
@@ -107,6 +116,49 @@ func ConsoleAction(s *models.Store, a models.TakeoverAction) echo.HandlerFunc {
 		}
 		return c.Redirect(http.StatusSeeOther, to)
 	}
+}
+
+// queueCheck asks models.QueueKnown about the queue a hand-back or resume
+// names, unless the user ticked the confirmation for that very queue; it
+// returns the confirmation to show, or nil to go ahead. An empty queue is
+// the one the session came from, and the command validates the rest.
+func queueCheck(c echo.Context, s *models.Store, a models.TakeoverAction, values map[string]string) (*views.QueueCheck, error) {
+	if a != models.ActResume && a != models.ActHandBack {
+		return nil, nil
+	}
+	q := strings.TrimSpace(values["queue"])
+	if q == "" || c.FormValue("confirm_queue") == q {
+		return nil, nil
+	}
+	ctx := c.Request().Context()
+	known, err := s.QueueKnown(ctx, q)
+	if err != nil || known {
+		return nil, err
+	}
+	list, err := s.KnownQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &views.QueueCheck{Queue: q, Known: list}, nil
+}
+
+// renderQueueCheck shows the form again with what was typed and the queue
+// confirmation; nothing was written (422, like any form that needs more from
+// the user). It shows nothing (false) when the page does not offer the form
+// to this user now or the form is stale: then the command runs and says why
+// it refuses.
+func renderQueueCheck(c echo.Context, s *models.Store, id string, a models.TakeoverAction, expected int64, values map[string]string, check *views.QueueCheck) (bool, error) {
+	d, err := loadSessionPage(c, s, id)
+	if err != nil {
+		return true, err
+	}
+	// A form from an older version gets the conflict banner first: the
+	// re-rendered form would otherwise carry the new version unseen.
+	if !slices.Contains(d.Actions, a) || d.Row.StateVersion != expected {
+		return false, nil
+	}
+	d.Forms = map[models.TakeoverAction]views.ActionForm{a: {Values: values, QueueCheck: check}}
+	return true, Render(c, http.StatusUnprocessableEntity, views.SessionPage(d))
 }
 
 // runAction calls the takeover command of a.

@@ -249,8 +249,9 @@ func TestConsoleTakeoverActions(t *testing.T) {
 				if d.Find(`#banners .banner-success`).Length() != 1 {
 					t.Errorf("no success banner after %s", tc.action)
 				}
-				if got := attrs(d.Find(`[data-testid="event-row"]`).Last(), "data-type"); !slices.Equal(got, []string{string(tc.event)}) {
-					t.Errorf("timeline ends with %v", got)
+				// The timeline is newest first.
+				if got := attrs(d.Find(`[data-testid="event-row"]`).First(), "data-type"); !slices.Equal(got, []string{string(tc.event)}) {
+					t.Errorf("timeline starts with %v", got)
 				}
 			})
 		})

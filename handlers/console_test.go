@@ -302,9 +302,16 @@ func TestConsoleSessionPage(t *testing.T) {
 		if got := squash(doc.Find(`[data-testid="session-header"] [data-testid="sla-due"]`)); got != "in 3h 35m" {
 			t.Errorf("session SLA due = %q", got)
 		}
+		// Newest first, in words, with the raw event behind details.
 		if got := attrs(doc.Find(`[data-testid="event-row"]`), "data-type"); !slices.Equal(got, []string{
-			"session.created", "delegation.created", "delegation.leased", "result.escalated"}) {
+			"result.escalated", "delegation.leased", "delegation.created", "session.created"}) {
 			t.Errorf("timeline = %v", got)
+		}
+		if got := squash(doc.Find(`[data-testid="event-row"]`).First().Find(`[data-testid="event-words"]`)); got != "worker w-1 escalated" {
+			t.Errorf("escalation in words = %q", got)
+		}
+		if doc.Find(`[data-testid="timeline-older"]`).Length() != 0 {
+			t.Errorf("a 4-event session offers older events")
 		}
 		if doc.Find(`[data-testid="event-row"] details pre`).Length() != 4 {
 			t.Errorf("events lack their expandable payload")

@@ -102,7 +102,9 @@ var policyValues = map[models.TakeoverAction]url.Values{
 	models.ActComplete:     {"resolution": {"refunded"}},
 	models.ActReject:       {"reason": {"not eligible"}},
 	models.ActRequestInput: {"question": {"which card?"}},
-	models.ActResume:       {"queue": {"elsewhere"}, "step": {"issue-refund"}},
+	// "elsewhere" has no route or worker: the tick confirms it (tested in
+	// TestConsoleUnknownQueueConfirmation).
+	models.ActResume:       {"queue": {"elsewhere"}, "confirm_queue": {"elsewhere"}, "step": {"issue-refund"}},
 	models.ActNote:         {"text": {"called the customer"}},
 	models.ActProvideInput: {"answer": {"the visa"}},
 }

@@ -56,8 +56,11 @@ type User struct {
 	// generated first admin's, an admin's reset): every console page sends
 	// the user to change it until they do.
 	MustChangePassword bool
-	CreatedAt          UTCTime
-	UpdatedAt          UTCTime
+	// TimeZone is the IANA zone the user chose ("" = none): the fallback
+	// for times rendered without the browser's zone (timezone.go).
+	TimeZone  string
+	CreatedAt UTCTime
+	UpdatedAt UTCTime
 	// operator is set only by CLIOperator: the person at the command line,
 	// who has no account (see admin.go).
 	operator string `gorm:"-"`

@@ -563,12 +563,18 @@ const (
 )
 
 // SessionDetail is what the console's session page shows, read in a few
-// indexed queries: the projection row and its state, every event (bounded by
-// MaxTimelineEvents), the parent and the children.
+// indexed queries whose cost does not grow with the session's history: the
+// projection row and its state, one page of the timeline, the events the
+// page's sentences need, the parent and the children.
 type SessionDetail struct {
-	Row      Session
-	State    State
-	Events   []Event
+	Row   Session
+	State State
+	// Events are the newest events (a timeline page's worth) and the few
+	// older ones the page's sentences name (timeline.go), oldest first; not
+	// the whole history.
+	Events []Event
+	// Timeline is the page of the timeline asked for, newest first.
+	Timeline TimelinePage
 	Parent   *Session
 	Children []Session
 	// SLA is the escalation's SLA clock while the session is in human
@@ -613,19 +619,31 @@ func (d SessionDetail) Actors() []string {
 	for _, st := range d.State.CompletedSteps {
 		out = append(out, st.By)
 	}
+	for _, n := range d.State.Notes {
+		out = append(out, n.By)
+	}
 	seen := map[string]bool{}
-	for _, e := range d.Events {
-		if !seen[e.Actor] {
-			seen[e.Actor] = true
-			out = append(out, e.Actor)
+	for _, evs := range [][]Event{d.Events, d.Timeline.Events} {
+		for _, e := range evs {
+			if !seen[e.Actor] {
+				seen[e.Actor] = true
+				out = append(out, e.Actor)
+			}
 		}
 	}
 	return out
 }
 
-// GetSessionDetail reads what the session page needs, as r may see it: the
-// timeline's review scores are redacted where they are still blind to r.
+// GetSessionDetail reads what the session page needs with the newest page
+// of the timeline.
 func (s *Store) GetSessionDetail(ctx context.Context, id string, r ReviewReader) (SessionDetail, error) {
+	return s.GetSessionDetailPage(ctx, id, r, TimelineQuery{})
+}
+
+// GetSessionDetailPage reads what the session page needs, with the timeline
+// page q, as r may see it: review scores are redacted where they are still
+// blind to r.
+func (s *Store) GetSessionDetailPage(ctx context.Context, id string, r ReviewReader, q TimelineQuery) (SessionDetail, error) {
 	row, err := s.GetSession(ctx, id)
 	if err != nil {
 		return SessionDetail{}, err
@@ -634,12 +652,26 @@ func (s *Store) GetSessionDetail(ctx context.Context, id string, r ReviewReader)
 	if d.State, err = row.Decode(); err != nil {
 		return SessionDetail{}, err
 	}
-	if d.Events, err = s.Timeline(ctx, id); err != nil {
+	newest, err := s.ReadTimelinePage(ctx, id, TimelineQuery{})
+	if err != nil {
 		return SessionDetail{}, err
 	}
-	if d.Events, err = s.RedactReviews(ctx, r, d.Events); err != nil {
+	d.Timeline = newest
+	if q.Before != 0 || q.Type != "" {
+		if d.Timeline, err = s.ReadTimelinePage(ctx, id, q); err != nil {
+			return SessionDetail{}, err
+		}
+	}
+	if err := s.contextEvents(ctx, &d, newest.Events); err != nil {
 		return SessionDetail{}, err
 	}
+	// One redaction pass over both lists, so that review items are read
+	// at most once.
+	all := append(append(make([]Event, 0, len(d.Events)+len(d.Timeline.Events)), d.Events...), d.Timeline.Events...)
+	if all, err = s.RedactReviews(ctx, r, all); err != nil {
+		return SessionDetail{}, err
+	}
+	d.Events, d.Timeline.Events = all[:len(d.Events):len(d.Events)], all[len(d.Events):]
 	if row.ParentID != nil {
 		p, err := s.GetSession(ctx, *row.ParentID)
 		if err != nil {

@@ -17,13 +17,11 @@ func newestFirst[T any](xs []T) []T {
 }
 
 // eventTime is when the event that produced version v was written, or zero
-// when the page does not hold it.
+// when the page does not hold it (models.SessionDetail.Events holds the
+// events of the notes the state keeps).
 func (d SessionPageData) eventTime(v int64) time.Time {
-	if i := int(v) - 1; i >= 0 && i < len(d.Events) && d.Events[i].Seq == v {
-		return d.Events[i].CreatedAt.Time
-	}
 	for _, e := range d.Events {
-		if e.Seq == v {
+		if e.VersionAfter == v && e.VersionBefore != v {
 			return e.CreatedAt.Time
 		}
 	}

@@ -41,6 +41,7 @@ func routes(e *echo.Echo, s *models.Store, cfg Config, auth *handlers.Auth, m *m
 	e.GET(handlers.PasswordPath, auth.PasswordPage, account)
 	e.POST(handlers.PasswordPath, auth.ChangePassword, account)
 	e.POST("/console/account/sign-out-everywhere", auth.SignOutEverywhere, account)
+	e.POST("/console/account/time-zone", auth.SetTimeZone, account)
 
 	console := e.Group("/console", handlers.RequireUser())
 	console.GET("/sessions", handlers.SessionsPage(s))

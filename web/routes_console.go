@@ -18,9 +18,10 @@ func consoleRoutes(e *echo.Echo, s *models.Store) {
 	e.GET("/console/inbox", handlers.ConsoleInbox(s), agents)
 	e.GET("/console/inbox/waiting", handlers.ConsoleWaiting(s), agents)
 	e.GET("/console/sessions/:id", handlers.ConsoleSession(s), handlers.RequireUser())
-	// Bulk actions (issue 14): the roles the policy lets take some bulk
+	// Bulk actions: the roles the policy lets take some bulk
 	// action; models.Bulk judges each session.
 	e.POST("/console/sessions/bulk", handlers.ConsoleBulk(s), handlers.RequireUser(models.BulkRoles()...))
+	e.GET("/console/sessions/:id/changes", handlers.ConsoleSessionChanges(s), handlers.RequireUser())
 	for _, a := range handlers.ConsoleActions() {
 		// The roles the takeover policy lets take the action on some
 		// session; the command checks the session's state.
