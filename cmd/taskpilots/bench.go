@@ -250,6 +250,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		switch args[0] {
 		case "seed":
 			return runBenchSeed(ctx, env, args[1:])
+		case "idle":
+			return runBenchIdle(ctx, env, args[1:])
 		}
 	}
 	o, err := benchFlags(env, args)
