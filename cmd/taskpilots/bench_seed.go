@@ -242,6 +242,13 @@ func seedDatabase(ctx context.Context, s *models.Store, o seedOpts, workers int,
 	)
 	start := time.Now()
 	done := make(chan struct{})
+	// The feed sequencer numbers the events as they are written, as a
+	// server's does; left to the first server that starts on the seeded
+	// database, a million events would be its start-up backlog.
+	seqCtx, stopSeq := context.WithCancel(ctx)
+	seqDone := make(chan struct{})
+	go func() { defer close(seqDone); s.RunSequencer(seqCtx, time.Second) }()
+	defer func() { stopSeq(); <-seqDone }()
 	if o.progress > 0 {
 		go func() {
 			t := time.NewTicker(o.progress)
@@ -285,6 +292,15 @@ func seedDatabase(ctx context.Context, s *models.Store, o seedOpts, workers int,
 	}
 	if err := ctx.Err(); err != nil {
 		return seedReport{}, err
+	}
+	for {
+		n, err := s.SequenceFeed(ctx)
+		if err != nil {
+			return seedReport{}, fmt.Errorf("seed: %w", err)
+		}
+		if n == 0 {
+			break
+		}
 	}
 	el := time.Since(start).Seconds()
 	rep := seedReport{Dialect: string(s.Dialect), Run: run, Sessions: sr.sessions.Load(), Events: sr.events.Load(),
