@@ -588,7 +588,7 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev
 // insert fails on events' NOT NULL session_id, so the statement itself
 // fails and nothing queued with it can commit (the COMMIT may be in the
 // same batch). The state has a table of its own (session_states), whose
-// updates change no indexed column and so are heap-only.
+// updates change no indexed column and so can be heap-only.
 var (
 	insertSession = `INSERT INTO sessions (id, created_at, ` + strings.Join(projectionColumns, ", ") + `)
 	VALUES (?, ?` + strings.Repeat(", ?", len(projectionColumns)) + `)`

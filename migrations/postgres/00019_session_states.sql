@@ -3,14 +3,13 @@
 -- its own (models/write.go). Every write moves updated_at, which seven
 -- indexes of sessions read, so a session update is never a heap-only (HOT)
 -- update: each one writes a new row version. With the state inline that
--- version was about 1.5 kB, a page held five and had no room for the next,
--- so every write extended the table with a new page's worth of dead rows
--- until a vacuum ran. Now the sessions row keeps the projection columns the
--- lists read (a few hundred bytes, pages filled to 80% so that the next
--- version of a row fits beside it once page pruning has removed the old one)
--- and session_states holds the state under a primary key that never
--- changes: its updates are HOT, and with pages half full the new version
--- goes on the same page and pruning reclaims the old one, vacuum or not.
+-- version was about 1.5 kB and every write copied the state into the table
+-- every list reads. Now the sessions row keeps the projection columns the
+-- lists read (about 340 bytes; pages filled to 80% so that the next version
+-- of a row can go beside it once pruning removed an old one), and
+-- session_states holds the state under a primary key that never changes:
+-- its updates are HOT while the page has room (half of it is kept free).
+-- Measured sizes, with and without vacuum: README, "Storage".
 CREATE TABLE session_states (
     session_id text PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
     -- The session's latest valid state (canonical JSON, models.EncodeState);
