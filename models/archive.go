@@ -219,6 +219,7 @@ func (s *Store) archiveOne(ctx context.Context, operator User, row Session, o Ar
 			`DELETE FROM review_items WHERE session_id = ?`,
 			`DELETE FROM delegations WHERE session_id = ?`,
 			`DELETE FROM events WHERE session_id = ?`,
+			`DELETE FROM session_states WHERE session_id = ?`,
 			`DELETE FROM sessions WHERE id = ?`,
 		} {
 			if err := tx.Exec(del, row.ID).Error; err != nil {

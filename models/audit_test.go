@@ -309,9 +309,12 @@ func bulkEvents(t *testing.T, s *models.Store, n, perSession int, payloadLen int
 	if err := s.DB.Exec(`ALTER TABLE events SET UNLOGGED`).Error; err != nil {
 		t.Fatalf("unlogged events: %v", err)
 	}
-	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, state, last_hash, created_at, updated_at)
-SELECT 'ses_' || lpad(g::text, 8, '0'), 'T-' || (g / 4), 'bulk', 'completed', 3, ?, '{}', '', now(), now()
+	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, last_hash, created_at, updated_at)
+SELECT 'ses_' || lpad(g::text, 8, '0'), 'T-' || (g / 4), 'bulk', 'completed', 3, ?, '', now(), now()
 FROM generate_series(0, ? - 1) g`, perSession, sessions).Error
+	if err == nil {
+		err = s.DB.Exec(`INSERT INTO session_states (session_id, state) SELECT id, '{}' FROM sessions ON CONFLICT DO NOTHING`).Error
+	}
 	if err != nil {
 		t.Fatalf("bulk sessions: %v", err)
 	}

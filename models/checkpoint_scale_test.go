@@ -28,12 +28,12 @@ func TestCheckpointScale(t *testing.T) {
 		ctx := context.Background()
 		var q string
 		if s.Dialect == models.Postgres {
-			q = fmt.Sprintf(`INSERT INTO sessions (id, goal, status, state_version, last_seq, state, last_hash, created_at, updated_at)
-			SELECT 'ses_' || lpad(g::text, 10, '0'), 'g', 'open', 1, 1, '{}', md5(g::text) || md5(g::text), now(), now() FROM generate_series(1, %d) g`, n)
+			q = fmt.Sprintf(`INSERT INTO sessions (id, goal, status, state_version, last_seq, last_hash, created_at, updated_at)
+			SELECT 'ses_' || lpad(g::text, 10, '0'), 'g', 'open', 1, 1, md5(g::text) || md5(g::text), now(), now() FROM generate_series(1, %d) g`, n)
 		} else {
 			q = fmt.Sprintf(`WITH RECURSIVE c(g) AS (SELECT 1 UNION ALL SELECT g+1 FROM c WHERE g < %d)
-			INSERT INTO sessions (id, goal, status, state_version, last_seq, state, last_hash, created_at, updated_at)
-			SELECT 'ses_' || printf('%%010d', g), 'g', 'open', 1, 1, '{}', hex(randomblob(32)), '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z' FROM c`, n)
+			INSERT INTO sessions (id, goal, status, state_version, last_seq, last_hash, created_at, updated_at)
+			SELECT 'ses_' || printf('%%010d', g), 'g', 'open', 1, 1, hex(randomblob(32)), '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z' FROM c`, n)
 		}
 		if err := s.DB.Exec(q).Error; err != nil {
 			t.Fatal(err)

@@ -374,11 +374,18 @@ func backfill(t *testing.T, s *models.Store) {
 	if start < 0 || end < 0 {
 		t.Fatal("no backfill statement in migration 00008")
 	}
-	if err := s.DB.Exec(`UPDATE sessions SET reason_code = ''`).Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DB.Exec(sql[start : start+end]).Error; err != nil {
-		t.Fatalf("backfill: %v", err)
+	// The backfill reads the state from sessions, where it was kept until
+	// migration 00020: put it back there for the statement's while.
+	for _, q := range []string{
+		`UPDATE sessions SET reason_code = ''`,
+		`ALTER TABLE sessions ADD COLUMN state text NOT NULL DEFAULT ''`,
+		`UPDATE sessions SET state = (SELECT st.state FROM session_states st WHERE st.session_id = sessions.id)`,
+		sql[start : start+end],
+		`ALTER TABLE sessions DROP COLUMN state`,
+	} {
+		if err := s.DB.Exec(q).Error; err != nil {
+			t.Fatalf("backfill: %s: %v", q, err)
+		}
 	}
 }
 

@@ -349,7 +349,7 @@ type childRow struct {
 
 // loadChildren reads the children's states in the join's order.
 func loadChildren(tx *Tx, ids []string) ([]State, error) {
-	rows, err := selectTx[childRow](tx, `SELECT id, state FROM sessions WHERE id IN ?`, ids)
+	rows, err := selectTx[childRow](tx, `SELECT session_id AS id, state FROM session_states WHERE session_id IN ?`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load children: %w", err)
 	}

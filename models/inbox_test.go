@@ -315,7 +315,7 @@ func TestInboxScalesOnPostgres(t *testing.T) {
 	// Every other session is in the inbox; every fifth of those is claimed.
 	// Priorities, queues and escalation times are spread deterministically so
 	// that the expected order can be computed here.
-	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, state, last_hash, escalated_at, created_at, updated_at, reason_code)
+	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, last_hash, escalated_at, created_at, updated_at, reason_code)
 SELECT 'ses_' || lpad(i::text, 6, '0'),
        'T-' || i,
        'Goal ' || i,
@@ -324,11 +324,14 @@ SELECT 'ses_' || lpad(i::text, 6, '0'),
        3,
        CASE WHEN i % 3 = 0 THEN 'billing' ELSE 'refunds' END,
        CASE WHEN i % 10 = 0 THEN 'user:usr_' || (i % 7) ELSE '' END,
-       '{}', '',
+       '',
        CASE WHEN i % 2 = 1 THEN NULL ELSE timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => (i * 7919) % 86400) END,
        timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00',
        CASE WHEN i % 2 = 1 THEN '' WHEN i % 16 = 2 THEN 'leases_exhausted' ELSE 'worker' END
 FROM generate_series(1, ?) AS i`, n).Error
+	if err == nil {
+		err = s.DB.Exec(`INSERT INTO session_states (session_id, state) SELECT id, '{}' FROM sessions ON CONFLICT DO NOTHING`).Error
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -289,9 +289,9 @@ func benchWaiting(b *testing.B, sessions, events int) {
 	s := storetest.New(b, models.Postgres)
 	ctx := context.Background()
 	err := s.DB.WithContext(ctx).Exec(`
-INSERT INTO sessions (id, goal, status, priority, state_version, state, last_hash, created_at, updated_at, input_requested_at)
+INSERT INTO sessions (id, goal, status, priority, state_version, last_hash, created_at, updated_at, input_requested_at)
 SELECT 'ses_b' || lpad(i::text, 6, '0'), 'goal ' || i, CASE WHEN i % 2 = 0 THEN 'awaiting_input' ELSE 'open' END,
-	1 + i % 5, ?, '{}', '', now(), now(), CASE WHEN i % 2 = 0 THEN now() - make_interval(secs => i) END
+	1 + i % 5, ?, '', now(), now(), CASE WHEN i % 2 = 0 THEN now() - make_interval(secs => i) END
 FROM generate_series(1, ?) AS i`, events, sessions).Error
 	if err != nil {
 		b.Fatal(err)

@@ -103,8 +103,11 @@ func longSession(ctx context.Context, t *testing.T, s *models.Store, n int64) st
 		if err := tx.CreateInBatches(evs, 500).Error; err != nil {
 			return err
 		}
-		return tx.Exec(`UPDATE sessions SET state = ?, state_version = ?, last_seq = ?, status = ?, last_hash = ?, updated_at = ? WHERE id = ?`,
-			string(state), st.Version, st.Version, st.Status, prev, models.NewUTCTime(at), sid).Error
+		if err := tx.Exec(`UPDATE session_states SET state = ? WHERE session_id = ?`, string(state), sid).Error; err != nil {
+			return err
+		}
+		return tx.Exec(`UPDATE sessions SET state_version = ?, last_seq = ?, status = ?, last_hash = ?, updated_at = ? WHERE id = ?`,
+			st.Version, st.Version, st.Status, prev, models.NewUTCTime(at), sid).Error
 	})
 	if err != nil {
 		t.Fatalf("insert %d events: %v", len(evs), err)

@@ -203,6 +203,16 @@ type maintState struct {
 	// creates an earlier timer moves it and signals wake.
 	planned time.Time
 	wake    chan struct{}
+	// learned is the earliest timer reported since the running pass began
+	// its probe (zero when none): a timer committed while the pass runs is
+	// not in what the probe read, nor before the pass's old plan, so the
+	// loop looks here before it sleeps.
+	learned time.Time
+	// maxSleep is the loop's longest sleep (DefaultMaintainMaxSleep until
+	// a loop runs); told is the earliest timer this process announced to
+	// the other replicas that is not yet due (see broadcastTimer).
+	maxSleep time.Duration
+	told     time.Time
 	// childSeen is the newest child write the last probe saw; childDone,
 	// the newest the join catch-up has looked at.
 	childSeen, childDone time.Time
@@ -237,13 +247,21 @@ func (s *Store) PlanMaintenance(at time.Time) {
 }
 
 // timerSet is called after a commit that created a timer due at at: it
-// wakes the loop when that is before its planned pass. Timers created by
-// other processes are found by the probe of this process's next planned
-// pass (at most the loop's longest sleep later), or first by their own
-// process.
+// wakes this process's loop when that is before its planned pass, and
+// tells the other replicas (broadcastTimer), whose loops may sleep longer.
 func (s *Store) timerSet(at time.Time) {
+	s.timerLearned(at)
+	s.broadcastTimer(at)
+}
+
+// timerLearned wakes the loop when a timer due at at (committed here or
+// announced by another replica) is before its planned pass.
+func (s *Store) timerLearned(at time.Time) {
 	s.maint.mu.Lock()
 	defer s.maint.mu.Unlock()
+	if s.maint.learned.IsZero() || at.Before(s.maint.learned) {
+		s.maint.learned = at
+	}
 	if s.maint.planned.IsZero() || !at.Before(s.maint.planned) {
 		return
 	}
@@ -463,6 +481,9 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 		maxSleep = DefaultMaintainMaxSleep
 	}
 	wake := s.TimerWake()
+	s.maint.mu.Lock()
+	s.maint.maxSleep = maxSleep
+	s.maint.mu.Unlock()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -471,6 +492,9 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 			return
 		case <-t.C:
 		}
+		s.maint.mu.Lock()
+		s.maint.learned = time.Time{}
+		s.maint.mu.Unlock()
 		passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		rep, next, err := s.MaintainNext(passCtx)
 		cancel()
@@ -484,7 +508,12 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 		if !next.IsZero() {
 			wait = min(wait, max(next.Sub(s.now()), 0))
 		}
-		s.PlanMaintenance(s.now().Add(wait))
+		s.maint.mu.Lock()
+		if l := s.maint.learned; !l.IsZero() {
+			wait = min(wait, max(l.Sub(s.now()), 0))
+		}
+		s.maint.planned = s.now().Add(wait)
+		s.maint.mu.Unlock()
 		t.Reset(wait)
 		// A write that creates an earlier timer moves the plan forward.
 		for waiting := true; waiting; {
@@ -508,3 +537,35 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 // DefaultMaintainMaxSleep is the longest the maintenance loop sleeps when
 // nothing is due in this process.
 const DefaultMaintainMaxSleep = 30 * time.Second
+
+// TimerChannel is the PostgreSQL channel on which a replica announces a
+// timer it committed that is due within the loop's longest sleep, as an
+// RFC 3339 time: every replica's Listen hands it to its own loop, which
+// wakes when that is before its planned pass.
+const TimerChannel = "taskpilots_timer"
+
+// broadcastTimer announces a timer due at at to the other replicas, on
+// PostgreSQL, after commit and off the write path (the announcer's
+// goroutine, notify.go). Only timers due within the longest sleep need it:
+// a later one is found by every replica's probe before it is due. And only
+// when no earlier announced timer is still pending: every replica runs a
+// pass at that one, and its probe finds this one. So a busy replica sends
+// about one notice per longest sleep, not one per lease.
+func (s *Store) broadcastTimer(at time.Time) {
+	if s.Dialect != Postgres {
+		return
+	}
+	now := s.now()
+	s.maint.mu.Lock()
+	maxSleep := s.maint.maxSleep
+	if maxSleep <= 0 {
+		maxSleep = DefaultMaintainMaxSleep
+	}
+	if !at.Before(now.Add(maxSleep)) || (s.maint.told.After(now) && !at.Before(s.maint.told)) {
+		s.maint.mu.Unlock()
+		return
+	}
+	s.maint.told = at
+	s.maint.mu.Unlock()
+	s.announceTimer(at)
+}

@@ -21,17 +21,17 @@ func TestMeasureIdlePass(t *testing.T) {
 	s := storetest.New(t, models.Postgres)
 	ctx := context.Background()
 	for _, q := range []string{
-		`INSERT INTO sessions (id, goal, status, priority, state_version, state, last_hash, created_at, updated_at)
-		 SELECT 'm' || g, 'goal', 'completed', 1 + g % 5, 10, '{}', 'h', now() - interval '3 days', now() - interval '2 days'
+		`INSERT INTO sessions (id, goal, status, priority, state_version, last_hash, created_at, updated_at)
+		 SELECT 'm' || g, 'goal', 'completed', 1 + g % 5, 10, 'h', now() - interval '3 days', now() - interval '2 days'
 		 FROM generate_series(1, 17000) g`,
-		`INSERT INTO sessions (id, goal, status, priority, state_version, state, last_hash, escalated_at, created_at, updated_at)
-		 SELECT 'e' || g, 'goal', 'escalated', 1 + g % 5, 10, '{}', 'h', now() - interval '4 days', now() - interval '5 days', now() - interval '4 days'
+		`INSERT INTO sessions (id, goal, status, priority, state_version, last_hash, escalated_at, created_at, updated_at)
+		 SELECT 'e' || g, 'goal', 'escalated', 1 + g % 5, 10, 'h', now() - interval '4 days', now() - interval '5 days', now() - interval '4 days'
 		 FROM generate_series(1, 2000) g`,
-		`INSERT INTO sessions (id, goal, status, priority, state_version, state, last_hash, created_at, updated_at)
-		 SELECT 'p' || g, 'goal', 'waiting_children', 3, 5, '{}', 'h', now() - interval '1 day', now() - interval '1 day'
+		`INSERT INTO sessions (id, goal, status, priority, state_version, last_hash, created_at, updated_at)
+		 SELECT 'p' || g, 'goal', 'waiting_children', 3, 5, 'h', now() - interval '1 day', now() - interval '1 day'
 		 FROM generate_series(1, 500) g`,
-		`INSERT INTO sessions (id, parent_id, goal, status, priority, state_version, state, last_hash, created_at, updated_at)
-		 SELECT 'c' || g, 'p' || (1 + g % 500), 'goal', 'queued', 3, 2, '{}', 'h', now(), now()
+		`INSERT INTO sessions (id, parent_id, goal, status, priority, state_version, last_hash, created_at, updated_at)
+		 SELECT 'c' || g, 'p' || (1 + g % 500), 'goal', 'queued', 3, 2, 'h', now(), now()
 		 FROM generate_series(1, 1000) g`,
 		`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload, prev_hash, hash, created_at)
 		 SELECT s.id || '-' || g, s.id, g, 'note.added', 'a', g - 1, g, '{}', 'h', 'h', s.created_at + g * interval '1 minute'
@@ -43,6 +43,7 @@ func TestMeasureIdlePass(t *testing.T) {
 		 SELECT s.id || '-breach', s.id, 11, 'escalation.sla_breached', 'system:sla', 10, 11, '{}', 'h', 'h', now() - interval '3 days'
 		 FROM sessions s WHERE s.status = 'escalated'`,
 		`UPDATE sessions SET sla_breached_for = escalated_at WHERE status = 'escalated'`,
+		`INSERT INTO session_states (session_id, state) SELECT id, '{}' FROM sessions ON CONFLICT DO NOTHING`,
 		`ANALYZE`,
 	} {
 		if err := s.DB.Exec(q).Error; err != nil {

@@ -335,9 +335,9 @@ func TestProductMetricsPlansOnPostgres(t *testing.T) {
 	// created, a delegation on its queue, a lease, a result 10 s later and
 	// nothing else.
 	for _, q := range []string{
-		`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, state, last_hash, created_at, updated_at)
+		`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, last_hash, created_at, updated_at)
 SELECT 'ses_' || lpad(i::text, 6, '0'), '', 'Goal', 'completed', 2, 4,
-       CASE WHEN i % 2 = 0 THEN 'billing' ELSE 'refunds' END, '', '{}', '',
+       CASE WHEN i % 2 = 0 THEN 'billing' ELSE 'refunds' END, '', '',
        ?::timestamptz + make_interval(secs => i * 216), ?::timestamptz + make_interval(secs => i * 216)
 FROM generate_series(1, ?) AS i`,
 		`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload, prev_hash, hash, created_at)

@@ -15,8 +15,10 @@ type announcer struct {
 	once    sync.Once
 	mu      sync.Mutex
 	pending map[string]struct{}
-	kick    chan struct{}
-	done    chan struct{}
+	// timer is the earliest timer to announce on TimerChannel (zero: none).
+	timer time.Time
+	kick  chan struct{}
+	done  chan struct{}
 }
 
 // announce wakes long polls on queue in this process at once and, on
@@ -26,6 +28,20 @@ func (s *Store) announce(queue string) {
 	if s.Dialect != Postgres {
 		return
 	}
+	s.queueNotice(func(a *announcer) { a.pending[queue] = struct{}{} })
+}
+
+// announceTimer sends a timer notice (TimerChannel) shortly after, like
+// announce's queue notices; of several queued meanwhile, the earliest.
+func (s *Store) announceTimer(at time.Time) {
+	s.queueNotice(func(a *announcer) {
+		if a.timer.IsZero() || at.Before(a.timer) {
+			a.timer = at
+		}
+	})
+}
+
+func (s *Store) queueNotice(add func(a *announcer)) {
 	a := &s.notices
 	a.once.Do(func() {
 		a.pending = make(map[string]struct{})
@@ -34,7 +50,7 @@ func (s *Store) announce(queue string) {
 		go s.sendNotices()
 	})
 	a.mu.Lock()
-	a.pending[queue] = struct{}{}
+	add(a)
 	a.mu.Unlock()
 	select {
 	case a.kick <- struct{}{}:
@@ -58,7 +74,17 @@ func (s *Store) sendNotices() {
 			queues = append(queues, q)
 		}
 		clear(a.pending)
+		timer := a.timer
+		a.timer = time.Time{}
 		a.mu.Unlock()
+		if !timer.IsZero() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", TimerChannel, timer.UTC().Format(time.RFC3339Nano))
+			cancel()
+			if err != nil {
+				s.Logger.Warn("timer notice not sent; other replicas find the timer at their next planned pass", "err", err)
+			}
+		}
 		for _, q := range queues {
 			// Straight on the pgx pool: a hint needs none of GORM's machinery.
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -305,7 +305,8 @@ func (s *Store) claimSQL() string {
 	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
 	    d.lease_expires_at AS claimed_lease_expires_at
 )
-SELECT c.*, s.* FROM c JOIN sessions s ON s.id = c.claimed_session_id FOR UPDATE OF s`
+SELECT c.*, s.*, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
+JOIN session_states st ON st.session_id = s.id FOR UPDATE OF s, st`
 	}
 	return `UPDATE delegations
 SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?,
@@ -576,7 +577,7 @@ func (s *Store) SubmitResult(ctx context.Context, delegationID, actor, idemKey s
 		lock: func(tx *Tx) (Session, error) {
 			var sessions []Session
 			var dels []Delegation
-			selectLater(tx, &sessions, `SELECT * FROM sessions WHERE id = (SELECT session_id FROM delegations WHERE id = ?)`+s.forUpdate(), delegationID)
+			selectLater(tx, &sessions, sessionRowSQL+` WHERE s.id = (SELECT session_id FROM delegations WHERE id = ?)`+s.forUpdateOfSession(), delegationID)
 			selectLater(tx, &dels, `SELECT * FROM delegations WHERE id = ?`+s.forUpdate(), delegationID)
 			route = nil
 			if next != "" {

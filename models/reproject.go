@@ -3,6 +3,8 @@ package models
 import (
 	"context"
 	"fmt"
+
+	"gorm.io/gorm"
 )
 
 // StateFormat is the format of the states this binary's Apply derives. Raise
@@ -44,7 +46,9 @@ func (s *Store) Reproject(ctx context.Context) (ReprojectReport, error) {
 	after := ""
 	for {
 		var rows []Session
-		if err := s.DB.WithContext(ctx).Where("id > ?", after).Order("id").Limit(reprojectBatch).Find(&rows).Error; err != nil {
+		if err := s.DB.WithContext(ctx).Raw(`SELECT s.*, coalesce(st.state, '') AS state FROM sessions s
+			LEFT JOIN session_states st ON st.session_id = s.id WHERE s.id > ? ORDER BY s.id LIMIT ?`, after, reprojectBatch).
+			Scan(&rows).Error; err != nil {
 			return r, fmt.Errorf("reproject: list sessions: %w", err)
 		}
 		if len(rows) == 0 {
@@ -113,9 +117,18 @@ func (s *Store) reprojectSession(ctx context.Context, row Session) (bool, error)
 	} else if !p.InputRequestedAt.Valid {
 		requested = NullTime{}
 	}
-	err = s.DB.WithContext(ctx).Exec(`UPDATE sessions SET state = ?, search_notes = ?, reason_code = ?, next_step = ?,
+	// The projection columns and the state change together, guarded by the
+	// last seq: a session written meanwhile keeps what its writer stored.
+	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Exec(`UPDATE sessions SET search_notes = ?, reason_code = ?, next_step = ?,
 		input_requested_at = ? WHERE id = ? AND last_seq = ?`,
-		string(body), p.SearchNotes, p.ReasonCode, p.NextStep, requested, row.ID, row.LastSeq).Error
+			p.SearchNotes, p.ReasonCode, p.NextStep, requested, row.ID, row.LastSeq)
+		if res.Error != nil || res.RowsAffected != 1 {
+			return res.Error
+		}
+		return tx.Exec(`INSERT INTO session_states (session_id, state) VALUES (?, ?)
+		ON CONFLICT (session_id) DO UPDATE SET state = excluded.state`, row.ID, string(body)).Error
+	})
 	if err != nil {
 		return false, fmt.Errorf("reproject %s: %w", row.ID, err)
 	}

@@ -28,7 +28,7 @@ func TestReprojectOldStates(t *testing.T) {
 			t.Fatalf("state has no run_reason to strip: %s", row.State)
 		}
 		old = strings.Replace(old, `"x_run_reason":{"kind":"first_run","attempt":1},`, ``, 1)
-		if err := s.DB.Exec(`UPDATE sessions SET state = ? WHERE id = ?`, old, id).Error; err != nil {
+		if err := s.DB.Exec(`UPDATE session_states SET state = ? WHERE session_id = ?`, old, id).Error; err != nil {
 			t.Fatal(err)
 		}
 		if err := s.DB.Exec(`UPDATE state_format SET version = 1`).Error; err != nil {

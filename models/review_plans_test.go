@@ -20,8 +20,8 @@ func TestReviewQueuePlansOnPostgres(t *testing.T) {
 	ctx := context.Background()
 	const n = 50_000
 	for _, q := range []string{
-		`INSERT INTO sessions (id, goal, status, priority, state_version, state, last_hash, created_at, updated_at)
-SELECT 'ses_' || lpad(i::text, 6, '0'), 'Goal', 'completed', 2, 6, '{}', '', now() - interval '30 days', now() - interval '29 days'
+		`INSERT INTO sessions (id, goal, status, priority, state_version, last_hash, created_at, updated_at)
+SELECT 'ses_' || lpad(i::text, 6, '0'), 'Goal', 'completed', 2, 6, '', now() - interval '30 days', now() - interval '29 days'
 FROM generate_series(1, ?) AS i`,
 		// All but the last 300 items are scored; 10% needed two scores.
 		`INSERT INTO review_items (session_id, at_version, decision_event_id, decision_type, decided_by, queue, escalated_at, decided_at, needed, scored, created_at)
@@ -49,6 +49,9 @@ FROM generate_series(1, ?) AS i WHERE i % 3 = 0 AND i <= ? - 300`,
 		if err := s.DB.Exec(q, args...).Error; err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := s.DB.Exec(`INSERT INTO session_states (session_id, state) SELECT id, '{}' FROM sessions ON CONFLICT DO NOTHING`).Error; err != nil {
+		t.Fatal(err)
 	}
 	if err := s.DB.Exec(`ANALYZE sessions; ANALYZE review_items; ANALYZE review_scores; ANALYZE review_claims`).Error; err != nil {
 		t.Fatal(err)

@@ -328,11 +328,11 @@ func TestStalledAndGaugesScaleOnPostgres(t *testing.T) {
 	const n = 100_000
 	// Every 1,000th session is open waiting on a step: even ones on
 	// "routed-step", odd ones on "lost-step" (stalled). The rest completed.
-	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, state, last_hash,
+	err := s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, last_hash,
 	created_at, updated_at, next_step)
 SELECT 'ses_' || lpad(i::text, 6, '0'), 'T-' || i, 'Goal ' || i,
        CASE WHEN i % 1000 = 0 THEN 'open' ELSE 'completed' END, 3, 3,
-       CASE WHEN i % 3 = 0 THEN 'billing' ELSE 'refunds' END, '{}', '',
+       CASE WHEN i % 3 = 0 THEN 'billing' ELSE 'refunds' END, '',
        timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => i),
        CASE WHEN i % 2000 = 0 THEN 'routed-step' WHEN i % 1000 = 0 THEN 'lost-step' ELSE 'done-step' END
 FROM generate_series(1, ?) AS i`, n).Error

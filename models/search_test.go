@@ -384,7 +384,7 @@ AND indexname IN ? ORDER BY indexname`, listingIndexes).Scan(&defs).Error; err !
 			t.Fatal(err)
 		}
 	}
-	insert := fmt.Sprintf(`INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version, current_step, queue, state, last_hash, search_notes, created_at, updated_at)
+	insert := fmt.Sprintf(`INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version, current_step, queue, last_hash, search_notes, created_at, updated_at)
 SELECT 'ses_' || lpad(i::text, 8, '0'),
        CASE WHEN i %% 10 = 0 THEN 'ses_' || lpad((i / 10)::text, 8, '0') END,
        'T-' || (i / 3),
@@ -393,7 +393,7 @@ SELECT 'ses_' || lpad(i::text, 8, '0'),
        CASE i %% 20 WHEN 0 THEN 'open' WHEN 1 THEN 'queued' WHEN 2 THEN 'escalated' WHEN 3 THEN 'running' ELSE 'completed' END,
        3, 1, 'step',
        CASE WHEN i %% 5000 = 0 THEN 'legal' ELSE (ARRAY['refunds', 'shipping', 'accounts', 'billing'])[i %% 4 + 1] END,
-       '{}', '',
+       '',
        CASE WHEN i %% 500 = 0 THEN 'customer phoned about a callback' ELSE '' END,
        timestamptz '2026-01-01 00:00:00+00',
        timestamptz '2026-01-01 00:00:00+00' + ((i::bigint * 7919) %% %d) * interval '1 second'
@@ -551,12 +551,12 @@ func TestListSessionsPlansOnSQLite(t *testing.T) {
 	// Inserted through the triggers, so the FTS index is filled as the write
 	// path fills it.
 	err := s.DB.Exec(`WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < ?)
-INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version, current_step, queue, state, last_hash, search_notes, created_at, updated_at)
+INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version, current_step, queue, last_hash, search_notes, created_at, updated_at)
 SELECT printf('ses_%08d', i), CASE WHEN i % 10 = 0 THEN printf('ses_%08d', i / 10) END, 'T-' || (i / 3),
        CASE i % 5 WHEN 0 THEN 'Refund order ' WHEN 1 THEN 'Replace the blender ' ELSE 'Check the invoice ' END || (i % 997)
          || CASE WHEN i % 1000 = 0 THEN ' after a chargeback' ELSE '' END,
        CASE i % 20 WHEN 0 THEN 'open' WHEN 1 THEN 'queued' WHEN 2 THEN 'escalated' ELSE 'completed' END,
-       3, 1, 'step', CASE i % 4 WHEN 0 THEN 'refunds' ELSE 'shipping' END, '{}', '',
+       3, 1, 'step', CASE i % 4 WHEN 0 THEN 'refunds' ELSE 'shipping' END, '',
        CASE WHEN i % 500 = 0 THEN 'customer phoned about a callback' ELSE '' END,
        '2026-01-01T00:00:00.000000Z', strftime('%Y-%m-%dT%H:%M:%S.000000Z', '2026-01-01', '+' || ((i * 7919) % ?) || ' seconds')
 FROM g`, n, n).Error

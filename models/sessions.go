@@ -175,11 +175,11 @@ func (s *Store) Transition(ctx context.Context, sessionID string, t EventType, a
 	return out, err
 }
 
-// GetSession returns the projection row: the latest valid state in one
-// indexed read.
+// GetSession returns the projection row with the latest valid state, in
+// one read of two primary keys.
 func (s *Store) GetSession(ctx context.Context, id string) (Session, error) {
 	var rows []Session
-	if err := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(sessionRowSQL+` WHERE s.id = ?`, id).Find(&rows).Error; err != nil {
 		return Session{}, fmt.Errorf("session %s: %w", id, err)
 	}
 	if len(rows) == 0 {

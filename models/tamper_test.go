@@ -65,7 +65,7 @@ func TestTamperDetected(t *testing.T) {
 		// A prev_hash broken: the chain no longer links.
 		exec(`UPDATE events SET prev_hash = ? WHERE session_id = ? AND seq = 3`, strings.Repeat("0", 64), chain)
 		// The projection edited: the stored state is not what the log replays to.
-		exec(`UPDATE sessions SET state = replace(state, '"priority":3', '"priority":1') WHERE id = ?`, proj)
+		exec(`UPDATE session_states SET state = replace(state, '"priority":3', '"priority":1') WHERE session_id = ?`, proj)
 		// The last event deleted: the log is one short of the state.
 		exec(`DELETE FROM events WHERE session_id = ? AND seq = 5`, deleted)
 

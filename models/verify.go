@@ -80,11 +80,14 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 	after := ""
 	for {
 		var rows []Session
-		q := s.DB.WithContext(ctx).Order("id").Limit(verifyBatch)
+		// A left join: a session whose state row is missing is a
+		// projection problem to report, not a session to skip.
+		q := s.DB.WithContext(ctx).Table("sessions s").Select("s.*, coalesce(st.state, '') AS state").
+			Joins("LEFT JOIN session_states st ON st.session_id = s.id").Order("s.id").Limit(verifyBatch)
 		if len(o.SessionIDs) > 0 {
-			q = q.Where("id IN ?", o.SessionIDs)
+			q = q.Where("s.id IN ?", o.SessionIDs)
 		}
-		if err := q.Where("id > ?", after).Find(&rows).Error; err != nil {
+		if err := q.Where("s.id > ?", after).Scan(&rows).Error; err != nil {
 			return rep, fmt.Errorf("verify: list sessions: %w", err)
 		}
 		if len(rows) == 0 {

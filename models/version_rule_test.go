@@ -175,8 +175,11 @@ func TestLastSeqBackfill(t *testing.T) {
 		if err := s.DB.Create(&legacy).Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := s.DB.Exec(`UPDATE sessions SET state = ?, state_version = 2, last_hash = ?, last_seq = 0 WHERE id = ?`,
-			string(state), legacy.Hash, id).Error; err != nil {
+		if err := s.DB.Exec(`UPDATE session_states SET state = ? WHERE session_id = ?`, string(state), id).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB.Exec(`UPDATE sessions SET state_version = 2, last_hash = ?, last_seq = 0 WHERE id = ?`,
+			legacy.Hash, id).Error; err != nil {
 			t.Fatal(err)
 		}
 		// Roll back through 00015 (later migrations first), then up again.

@@ -26,11 +26,14 @@ type Session struct {
 	CurrentStep  string
 	Queue        string
 	Assignee     string
-	State        string
-	LastHash     string
-	EscalatedAt  NullTime
-	CreatedAt    UTCTime
-	UpdatedAt    UTCTime
+	// State is the session's latest state (canonical JSON). It is stored
+	// in session_states, not in the sessions row (migration 20): readers
+	// that need it join the two (sessionRowSQL); GORM never writes it.
+	State       string `gorm:"->"`
+	LastHash    string
+	EscalatedAt NullTime
+	CreatedAt   UTCTime
+	UpdatedAt   UTCTime
 	// ResumeAt and JoinDueAt are the timers of the maintenance pass (a
 	// snoozed session's wake-up, a waiting parent's join timeout), derived
 	// from the state (PausedUntil, Join.DueAt).
@@ -307,10 +310,30 @@ func (s *Store) forUpdate() string {
 	return ""
 }
 
+// sessionRowSQL reads whole session rows: the projection columns of
+// sessions and the state from session_states (alias s for sessions). The
+// state is kept apart so that the row every write rewrites stays narrow
+// (migrations/postgres/00020_session_states.sql).
+const sessionRowSQL = `SELECT s.*, st.state FROM sessions s JOIN session_states st ON st.session_id = s.id`
+
+// forUpdateOfSession locks the rows of a sessionRowSQL query on
+// PostgreSQL, the session's and its state's. Both, not only the session's:
+// a writer that waited for the lock must read the state the previous
+// writer committed, and under READ COMMITTED PostgreSQL fetches the newest
+// version after the wait only of the rows it locks (a join's unlocked side
+// would be the version from before the wait, one write behind its session
+// row). Every writer locks the two in the same order, session first.
+func (s *Store) forUpdateOfSession() string {
+	if s.Dialect == Postgres {
+		return ` FOR UPDATE OF s, st`
+	}
+	return ""
+}
+
 // lockSession reads a session's projection row, locking it on PostgreSQL.
 // (SQLite serialises writers on its single connection.)
 func (s *Store) lockSession(tx *Tx, id string) (Session, error) {
-	rows, err := selectTx[Session](tx, `SELECT * FROM sessions WHERE id = ?`+s.forUpdate(), id)
+	rows, err := selectTx[Session](tx, sessionRowSQL+` WHERE s.id = ?`+s.forUpdateOfSession(), id)
 	if err != nil {
 		return Session{}, fmt.Errorf("session %s: %w", id, err)
 	}
@@ -503,12 +526,12 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 // both derived from this one list, so a new projection column is added here
 // (and in projection) only.
 var projectionColumns = []string{"parent_id", "ticket_ref", "goal", "status", "priority", "state_version",
-	"current_step", "queue", "assignee", "state", "last_hash", "escalated_at", "updated_at", "resume_at",
+	"current_step", "queue", "assignee", "last_hash", "escalated_at", "updated_at", "resume_at",
 	"join_due_at", "search_notes", "input_requested_at", "reason_code", "next_step", "last_seq"}
 
 func (p Session) projectionValues() []any {
 	return []any{p.ParentID, p.TicketRef, p.Goal, p.Status, p.Priority, p.StateVersion, p.CurrentStep, p.Queue,
-		p.Assignee, p.State, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
+		p.Assignee, p.LastHash, p.EscalatedAt, p.UpdatedAt, p.ResumeAt, p.JoinDueAt, p.SearchNotes,
 		p.InputRequestedAt, p.ReasonCode, p.NextStep, p.LastSeq}
 }
 
@@ -568,29 +591,35 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev
 		if creates {
 			q = insertSessionWithEvent
 		}
+		args = append(args, p.State)
 		tx.Later(onErr, q, append(append(args, evArgs[0]), evArgs[2:]...)...)
 		return
 	}
-	q := updateSessionSet
+	q, sq := updateSessionSet, updateState
 	if creates {
-		q = insertSession
+		q, sq = insertSession, insertState
 	}
 	tx.laterChecked(check, q, args...)
+	tx.laterChecked(check, sq, p.State, p.ID)
 	tx.laterChecked(check, insertEvent, evArgs...)
 }
 
-// The projection and event statements. On PostgreSQL the two are one
-// statement: when the update misses (another writer moved the version on),
-// the subquery yields NULL and the event insert fails on events' NOT NULL
-// session_id, so the statement itself fails and nothing queued with it can
-// commit (the COMMIT may be in the same batch).
+// The projection, state and event statements. On PostgreSQL the three are
+// one statement: when the update misses (another writer moved the version
+// on), the subqueries yield NULL, the state is left alone and the event
+// insert fails on events' NOT NULL session_id, so the statement itself
+// fails and nothing queued with it can commit (the COMMIT may be in the
+// same batch). The state has a table of its own (session_states), whose
+// updates change no indexed column and so can be heap-only.
 var (
 	insertSession = `INSERT INTO sessions (id, created_at, ` + strings.Join(projectionColumns, ", ") + `)
 	VALUES (?, ?` + strings.Repeat(", ?", len(projectionColumns)) + `)`
+	insertState            = `INSERT INTO session_states (state, session_id) VALUES (?, ?)`
+	updateState            = `UPDATE session_states SET state = ? WHERE session_id = ?`
 	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(feed_xid), 0) + 1 FROM events))`
 	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz, pg_current_xact_id()::text::bigint)`
-	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id) ` + withEvent
-	updateSessionWithEvent = `WITH w AS (` + updateSessionSet + ` RETURNING id) ` + withEvent
+	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id), ws AS (INSERT INTO session_states (session_id, state) SELECT id, ?::text FROM w) ` + withEvent
+	updateSessionWithEvent = `WITH w AS (` + updateSessionSet + ` RETURNING id), ws AS (UPDATE session_states SET state = ?::text WHERE session_id = (SELECT id FROM w)) ` + withEvent
 )
 
 // NotifyChannel is the PostgreSQL channel on which queue names are announced

@@ -252,6 +252,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 			return runBenchSeed(ctx, env, args[1:])
 		case "pages":
 			return runBenchPages(ctx, env, args[1:])
+		case "idle":
+			return runBenchIdle(ctx, env, args[1:])
 		}
 	}
 	o, err := benchFlags(env, args)

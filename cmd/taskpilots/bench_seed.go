@@ -25,6 +25,7 @@ type seedOpts struct {
 	sessions    int64
 	events      int64
 	workers     int
+	conns       int
 	seed        uint64
 	json        bool
 	progress    time.Duration
@@ -37,6 +38,7 @@ func seedFlags(env *cliEnv, args []string) (seedOpts, error) {
 	fs.Int64Var(&o.sessions, "sessions", 1000, "sessions to create")
 	fs.Int64Var(&o.events, "events", 10000, "events to write in all (at least one per session; the average history is events/sessions, a few are much longer)")
 	fs.IntVar(&o.workers, "workers", 0, "concurrent writers (default 8 on PostgreSQL, 1 on SQLite, whose single connection serialises writers)")
+	fs.IntVar(&o.conns, "conns", 10, "database connections (PostgreSQL): with more --workers than connections, each session's writes are spread out among the others', as live traffic spreads them, instead of coming back to back")
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed: the same seed gives the same mix of stories")
 	fs.BoolVar(&o.json, "json", false, "end the output with one line of JSON")
 	fs.DurationVar(&o.progress, "progress", 2*time.Second, "how often to print progress to stderr (0: never)")
@@ -60,6 +62,8 @@ func seedFlags(env *cliEnv, args []string) (seedOpts, error) {
 		return o, usageErr("--events must be at least --sessions (%d): every session has its creation event", o.sessions)
 	case o.workers < 0:
 		return o, usageErr("--workers must not be negative")
+	case o.conns < 2:
+		return o, usageErr("--conns must be at least 2")
 	}
 	return o, nil
 }
@@ -186,7 +190,7 @@ func runBenchSeed(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	quiet := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	workers := o.workers
-	s, err := models.Open(ctx, asyncCommits(o.databaseURL), models.OpenOpts{Logger: quiet, WantConns: max(workers, 8) + 2})
+	s, err := models.Open(ctx, asyncCommits(o.databaseURL), models.OpenOpts{Logger: quiet, WantConns: o.conns})
 	if err != nil {
 		return err
 	}
@@ -242,6 +246,13 @@ func seedDatabase(ctx context.Context, s *models.Store, o seedOpts, workers int,
 	)
 	start := time.Now()
 	done := make(chan struct{})
+	// The feed sequencer numbers the events as they are written, as a
+	// server's does; left to the first server that starts on the seeded
+	// database, a million events would be its start-up backlog.
+	seqCtx, stopSeq := context.WithCancel(ctx)
+	seqDone := make(chan struct{})
+	go func() { defer close(seqDone); s.RunSequencer(seqCtx, time.Second) }()
+	defer func() { stopSeq(); <-seqDone }()
 	if o.progress > 0 {
 		go func() {
 			t := time.NewTicker(o.progress)
@@ -285,6 +296,15 @@ func seedDatabase(ctx context.Context, s *models.Store, o seedOpts, workers int,
 	}
 	if err := ctx.Err(); err != nil {
 		return seedReport{}, err
+	}
+	for {
+		n, err := s.SequenceFeed(ctx)
+		if err != nil {
+			return seedReport{}, fmt.Errorf("seed: %w", err)
+		}
+		if n == 0 {
+			break
+		}
 	}
 	el := time.Since(start).Seconds()
 	rep := seedReport{Dialect: string(s.Dialect), Run: run, Sessions: sr.sessions.Load(), Events: sr.events.Load(),

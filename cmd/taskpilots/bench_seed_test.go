@@ -36,6 +36,12 @@ func TestBenchSeed(t *testing.T) {
 		if sessions != 200 || events != 2000 {
 			t.Fatalf("database has %d sessions and %d events, want 200 and 2000", sessions, events)
 		}
+		// The feed numbered every event, as a server's sequencer would have.
+		var fed int64
+		s.DB.Raw(`SELECT count(*) FROM feed`).Scan(&fed)
+		if fed != 2000 {
+			t.Errorf("%d events in the feed, want all 2000", fed)
+		}
 		if scored == 0 || scored != rep.Reviews {
 			t.Errorf("%d review.scored events, report says %d", scored, rep.Reviews)
 		}
@@ -81,4 +87,29 @@ func TestAsyncCommits(t *testing.T) {
 			t.Errorf("asyncCommits(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestBenchIdle runs `bench idle` briefly on a seeded database: it settles
+// the database (every event in the feed), runs the replicas without
+// requests, and reads the inbox with one client.
+func TestBenchIdle(t *testing.T) {
+	eachURL(t, func(t *testing.T, dbURL string) {
+		if r := runCLI(t, nil, "", "bench", "seed", "--database-url", dbURL, "--sessions", "50", "--events", "300", "--progress", "0"); r.code != 0 {
+			t.Fatalf("bench seed exited %d", r.code)
+		}
+		r := runCLI(t, nil, "", "bench", "idle", "--database-url", dbURL, "--replicas", "2", "--duration", "1s", "--warmup", "0s", "--inbox", "--json")
+		if r.code != 0 {
+			t.Fatalf("bench idle exited %d", r.code)
+		}
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		var rep idleReport
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
+			t.Fatalf("last line is not the JSON report: %v", err)
+		}
+		if rep.Replicas != 2 || rep.Sessions != 50 || rep.Events != 300 || rep.InboxReads == 0 || rep.InboxP99Ms <= 0 {
+			t.Fatalf("report = %+v", rep)
+		}
+		// The backends' CPU is read only where PostgreSQL runs on this
+		// machine, which CI does not promise: not asserted.
+	})
 }
