@@ -130,6 +130,22 @@ func queueCheck(c echo.Context, s *models.Store, a models.TakeoverAction, values
 	if q == "" || c.FormValue("confirm_queue") == q {
 		return nil, nil
 	}
+	// Invalid input is refused inline first, by the command: the question
+	// is only worth asking about a form that would otherwise go through.
+	v := int64(1)
+	var invalid error
+	if a == models.ActResume {
+		facts, ferr := parseFactLines(values["facts"])
+		if ferr != nil {
+			return nil, nil
+		}
+		invalid = models.ResumeInput{ExpectedVersion: &v, Queue: q, Step: values["step"], Instructions: values["instructions"], Facts: facts}.Validate()
+	} else {
+		invalid = models.HandBackInput{ExpectedVersion: &v, Queue: q}.Validate()
+	}
+	if invalid != nil {
+		return nil, nil
+	}
 	ctx := c.Request().Context()
 	known, err := s.QueueKnown(ctx, q)
 	if err != nil || known {

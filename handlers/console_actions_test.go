@@ -161,6 +161,13 @@ func TestConsoleTakeoverActions(t *testing.T) {
 			t.Parallel()
 			storetest.Each(t, func(t *testing.T, s *models.Store) {
 				e := newTakeoverEnv(t, s)
+				// The resume case's queue is a known one (a route sends a
+				// step there), so that the form goes through without the
+				// unknown-queue question (TestConsoleUnknownQueueConfirmation).
+				if _, err := s.PutRoute(context.Background(), "test:controller", "", "escalate-refund", models.RouteInput{Queue: "refunds-l2",
+					LeaseSeconds: storetest.Ptr(45), MaxAttempts: storetest.Ptr(5)}); err != nil {
+					t.Fatal(err)
+				}
 				if tc.claimed {
 					e.claimAs(t, e.anaU)
 				}
