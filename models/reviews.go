@@ -439,7 +439,8 @@ type ReviewQueueRow struct {
 	MyClaimExpires NullTime
 }
 
-// ReviewCounts are the numbers beside the queue's filters.
+// ReviewCounts are the numbers beside the queue's filters, each bounded: a
+// value above CountCap means "more than CountCap".
 type ReviewCounts struct {
 	// Open items still need a score from someone.
 	Open int64
@@ -519,14 +520,16 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 		page.Rows = rows[:o.Limit]
 		page.Next = encodeReviewCursor(page.Rows[o.Limit-1].ReviewItem)
 	}
+	// Bounded counts (see CountCap): each reads at most CountCap+1 items of
+	// the backlog, however long it grows.
 	db := s.DB.WithContext(ctx)
-	if err := db.Table("review_items").Where("scored < needed").Count(&page.Counts.Open).Error; err != nil {
+	if err := cappedCount(db, db.Table("review_items").Where("scored < needed"), &page.Counts.Open); err != nil {
 		return page, fmt.Errorf("review queue: count open: %w", err)
 	}
-	if err := s.reviewQueueBase(ctx, actor, now).Count(&page.Counts.Available).Error; err != nil {
+	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now), &page.Counts.Available); err != nil {
 		return page, fmt.Errorf("review queue: count available: %w", err)
 	}
-	if err := s.reviewQueueBase(ctx, actor, now).Where("c.reviewer IS NOT NULL").Count(&page.Counts.Mine).Error; err != nil {
+	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now).Where("c.reviewer IS NOT NULL"), &page.Counts.Mine); err != nil {
 		return page, fmt.Errorf("review queue: count mine: %w", err)
 	}
 	return page, nil
