@@ -320,9 +320,9 @@ const MaxInboxQueues = 100
 func (s *Store) inboxQueues(ctx context.Context) ([]string, error) {
 	var qs []string
 	err := s.DB.WithContext(ctx).Raw(`WITH RECURSIVE q(queue, n) AS (
-	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.` + inboxWhere + `), 1
+	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+`), 1
 	UNION ALL
-	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.` + inboxWhere + ` AND s.queue > q.queue), q.n + 1
+	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+` AND s.queue > q.queue), q.n + 1
 	FROM q WHERE q.queue IS NOT NULL AND q.n < ?
 ) SELECT queue FROM q WHERE queue IS NOT NULL AND queue <> ''`, MaxInboxQueues).Scan(&qs).Error
 	if err != nil {
