@@ -25,10 +25,23 @@ const CountCap = 1000
 func CountMore(n int64) bool { return n > CountCap }
 
 // boundedCount is a query counting the rows of sessions matching where, up to
-// CountCap+1: "SELECT count(*) FROM (SELECT 1 FROM sessions WHERE … LIMIT 1001)".
-func boundedCount(where string) string {
-	return "SELECT count(*) AS n FROM (SELECT 1 FROM sessions WHERE " + where + " LIMIT " + strconv.Itoa(CountCap+1) + ") AS b"
+// CountCap+1: "SELECT count(*) FROM (SELECT 1 FROM sessions WHERE … ORDER BY
+// … LIMIT 1001)". order names the columns of the index that should serve
+// the count: without it, a LIMIT over a common status makes a sequential
+// scan look cheap to the planner (it expects to stop early), and where the
+// matching rows sit at the end of the table that scan reads all of it.
+func boundedCount(where, order string) string {
+	return "SELECT count(*) AS n FROM (SELECT 1 FROM sessions WHERE " + where + " ORDER BY " + order +
+		" LIMIT " + strconv.Itoa(CountCap+1) + ") AS b"
 }
+
+// The index orders of the bounded counts (see boundedCount).
+const (
+	inboxOrder   = "priority, escalated_at, id"       // sessions_inbox_idx
+	waitingOrder = "input_requested_at, id"           // sessions_waiting_input_idx
+	stalledOrder = "next_step, queue, updated_at, id" // sessions_stalled_idx
+	statusOrder  = "status, updated_at, id"           // sessions_status_updated_idx
+)
 
 // cappedCount counts the rows of q up to CountCap+1 into n, as
 // "SELECT count(*) FROM (q LIMIT 1001)".
@@ -36,11 +49,12 @@ func cappedCount(db, q *gorm.DB, n *int64) error {
 	return db.Raw("SELECT count(*) FROM (?) AS b", q.Select("1").Limit(CountCap+1)).Scan(n).Error
 }
 
-// countQuery is one bounded count of a batch: its key, its WHERE and its
-// arguments.
+// countQuery is one bounded count of a batch: its key, its WHERE, the
+// columns of the index that serves it (see boundedCount) and its arguments.
 type countQuery struct {
 	key   int
 	where string
+	order string
 	args  []any
 }
 
@@ -55,7 +69,7 @@ func (s *Store) boundedCounts(ctx context.Context, qs []countQuery) (map[int]int
 	var args []any
 	for i, q := range qs {
 		parts[i] = "SELECT " + strconv.Itoa(q.key) + " AS k, count(*) AS n FROM (SELECT 1 FROM sessions WHERE " + q.where +
-			" LIMIT " + strconv.Itoa(CountCap+1) + ") AS b" + strconv.Itoa(i)
+			" ORDER BY " + q.order + " LIMIT " + strconv.Itoa(CountCap+1) + ") AS b" + strconv.Itoa(i)
 		args = append(args, q.args...)
 	}
 	var rows []struct {
@@ -80,7 +94,7 @@ func (s *Store) CountByStatusCapped(ctx context.Context) (map[Status]int64, erro
 	for i, st := range AllStatuses {
 		// A literal, like the inbox's statuses, so that every branch is
 		// planned for its own status.
-		qs[i] = countQuery{key: i, where: "status = '" + string(st) + "'"}
+		qs[i] = countQuery{key: i, where: "status = '" + string(st) + "'", order: statusOrder}
 	}
 	got, err := s.boundedCounts(ctx, qs)
 	if err != nil {
@@ -99,7 +113,7 @@ func (s *Store) CountByStatusCapped(ctx context.Context) (map[Status]int64, erro
 // sessions_stalled_idx anti-joined with routes.
 func (s *Store) CountStalledCapped(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.DB.WithContext(ctx).Raw(boundedCount(stalledSQL)).Scan(&n).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(boundedCount(stalledSQL, stalledOrder)).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("count stalled sessions: %w", err)
 	}
 	return n, nil
@@ -119,9 +133,9 @@ type InboxTabCounts struct {
 // CountCap+1.
 func (s *Store) InboxTabs(ctx context.Context) (InboxTabCounts, error) {
 	got, err := s.boundedCounts(ctx, []countQuery{
-		{key: 0, where: inboxWhere},
-		{key: 1, where: waitingWhere},
-		{key: 2, where: stalledSQL},
+		{key: 0, where: inboxWhere, order: inboxOrder},
+		{key: 1, where: waitingWhere, order: waitingOrder},
+		{key: 2, where: stalledSQL, order: stalledOrder},
 	})
 	if err != nil {
 		return InboxTabCounts{}, fmt.Errorf("count inbox views: %w", err)

@@ -206,7 +206,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		if o.Priority != 0 && p != o.Priority {
 			continue
 		}
-		q := "SELECT " + inboxColumns + " FROM sessions WHERE " + inboxWhere + " AND priority = ?" + filter
+		q := "SELECT " + inboxColumns + " FROM sessions WHERE " + inboxBase(o.InboxFilter) + " AND priority = ?" + filter
 		args = append(args, p)
 		args = append(args, filterArgs...)
 		if after != nil {
@@ -263,16 +263,26 @@ func inboxLess(a, b InboxRow) bool {
 	return a.ID < b.ID
 }
 
-// inboxFilterSQL is the WHERE part of the filters other than priority.
+// inboxBase is the status part of the inbox's WHERE: the inbox statuses, or
+// the one of the status filter. It is a literal either way (Validate allows
+// only the two inbox statuses), which still implies the predicate of the
+// partial indexes; adding the filter on top of the IN list instead would make
+// the planner count the status's selectivity twice, underestimate the rows
+// and sort them all rather than read sessions_inbox_status_idx in order.
+func inboxBase(f InboxFilter) string {
+	if f.Status != "" {
+		return "status = '" + string(f.Status) + "'"
+	}
+	return inboxWhere
+}
+
+// inboxFilterSQL is the WHERE part of the filters other than the status
+// (inboxBase) and the priority.
 func (s *Store) inboxFilterSQL(o InboxOpts) (string, []any) {
 	var (
 		b    strings.Builder
 		args []any
 	)
-	if o.Status != "" {
-		b.WriteString(" AND status = ?")
-		args = append(args, o.Status)
-	}
 	if o.Queue != "" {
 		b.WriteString(" AND queue = ?")
 		args = append(args, o.Queue)
@@ -331,6 +341,23 @@ func (s *Store) inboxQueues(ctx context.Context) ([]string, error) {
 	return qs, nil
 }
 
+// inboxCountOrder is the order of the inbox index that serves the count of f
+// (see boundedCount): the partial index led by one of f's equality filters,
+// so that the count reads only rows of that value.
+func inboxCountOrder(f InboxFilter) string {
+	switch {
+	case f.Queue != "":
+		return "queue, " + inboxOrder // sessions_inbox_queue_idx
+	case f.Assignment != "":
+		return "assignee, " + inboxOrder // sessions_inbox_assignee_idx
+	case f.Reason != "":
+		return "reason_code, " + inboxOrder // sessions_inbox_reason_idx
+	case f.Status != "":
+		return "status, " + inboxOrder // sessions_inbox_status_idx
+	}
+	return inboxOrder // sessions_inbox_idx
+}
+
 // inboxCounts computes every facet count as a bounded count (see CountCap)
 // of the inbox rows matching that option with the other active filters and
 // the search; equal filter combinations are counted once, and all of them
@@ -361,7 +388,7 @@ func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, erro
 			where = " AND priority = ?" + where
 			args = append([]any{f.Priority}, args...)
 		}
-		qs = append(qs, countQuery{key: k, where: inboxWhere + where, args: args})
+		qs = append(qs, countQuery{key: k, where: inboxBase(f) + where, order: inboxCountOrder(f), args: args})
 		return k
 	}
 	f := o.InboxFilter

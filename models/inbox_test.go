@@ -512,7 +512,7 @@ FROM generate_series(1, ?) AS i`, n).Error
 			}
 			pageSQL := ""
 			for _, q := range *captured {
-				if strings.Contains(q, "ORDER BY") {
+				if strings.Contains(q, "ORDER BY escalated_at, id") { // not the counts
 					pageSQL = q
 				}
 			}

@@ -87,7 +87,7 @@ const waitingWhere = `status = 'awaiting_input'`
 // CountCap+1 (see CountCap).
 func (s *Store) CountWaitingOnInput(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.DB.WithContext(ctx).Raw(boundedCount(waitingWhere)).Scan(&n).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(boundedCount(waitingWhere, waitingOrder)).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("count waiting on input: %w", err)
 	}
 	return n, nil
@@ -97,7 +97,7 @@ func (s *Store) CountWaitingOnInput(ctx context.Context) (int64, error) {
 // claimed), for the tab of the "Waiting on input" view, up to CountCap+1.
 func (s *Store) CountInHumanHands(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.DB.WithContext(ctx).Raw(boundedCount(inboxWhere)).Scan(&n).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(boundedCount(inboxWhere, inboxOrder)).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("count inbox: %w", err)
 	}
 	return n, nil
