@@ -44,9 +44,10 @@ const (
 )
 
 // cappedCount counts the rows of q up to CountCap+1 into n, as
-// "SELECT count(*) FROM (q LIMIT 1001)".
-func cappedCount(db, q *gorm.DB, n *int64) error {
-	return db.Raw("SELECT count(*) FROM (?) AS b", q.Select("1").Limit(CountCap+1)).Scan(n).Error
+// "SELECT count(*) FROM (q ORDER BY order LIMIT 1001)", order naming the
+// index that should serve it (see boundedCount).
+func cappedCount(db, q *gorm.DB, order string, n *int64) error {
+	return db.Raw("SELECT count(*) FROM (?) AS b", q.Select("1").Order(order).Limit(CountCap+1)).Scan(n).Error
 }
 
 // countQuery is one bounded count of a batch: its key, its WHERE, the

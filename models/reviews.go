@@ -492,6 +492,9 @@ func (s *Store) reviewQueueBase(ctx context.Context, actor string, now UTCTime) 
 	return availableTo(q, actor, now)
 }
 
+// reviewOrder is the queue's order, that of review_items_open_idx.
+const reviewOrder = "i.decided_at, i.session_id, i.at_version"
+
 // ReviewQueue returns a page of the items a reviewer may score, oldest
 // decision first, with the queue's counts.
 func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueuePage, error) {
@@ -512,7 +515,7 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 		q = q.Where("(i.decided_at, i.session_id, i.at_version) > ("+s.timeParam()+", ?, ?)", cur.DecidedAt, cur.SessionID, cur.AtVersion)
 	}
 	var rows []ReviewQueueRow
-	if err := q.Order("i.decided_at, i.session_id, i.at_version").Limit(o.Limit + 1).Scan(&rows).Error; err != nil {
+	if err := q.Order(reviewOrder).Limit(o.Limit + 1).Scan(&rows).Error; err != nil {
 		return ReviewQueuePage{}, fmt.Errorf("review queue: %w", err)
 	}
 	page := ReviewQueuePage{Rows: rows}
@@ -523,13 +526,13 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 	// Bounded counts (see CountCap): each reads at most CountCap+1 items of
 	// the backlog, however long it grows.
 	db := s.DB.WithContext(ctx)
-	if err := cappedCount(db, db.Table("review_items").Where("scored < needed"), &page.Counts.Open); err != nil {
+	if err := cappedCount(db, db.Table("review_items").Where("scored < needed"), "decided_at, session_id, at_version", &page.Counts.Open); err != nil {
 		return page, fmt.Errorf("review queue: count open: %w", err)
 	}
-	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now), &page.Counts.Available); err != nil {
+	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now), reviewOrder, &page.Counts.Available); err != nil {
 		return page, fmt.Errorf("review queue: count available: %w", err)
 	}
-	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now).Where("c.reviewer IS NOT NULL"), &page.Counts.Mine); err != nil {
+	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now).Where("c.reviewer IS NOT NULL"), reviewOrder, &page.Counts.Mine); err != nil {
 		return page, fmt.Errorf("review queue: count mine: %w", err)
 	}
 	return page, nil

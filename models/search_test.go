@@ -341,16 +341,22 @@ func TestInboxSearchUsesWordMatch(t *testing.T) {
 }
 
 // bulkSessions fills the sessions table of a private PostgreSQL schema with n
-// rows in one INSERT … SELECT generate_series, then ANALYZEs. The data is
-// spread deterministically:
+// rows in one INSERT … SELECT generate_series, then VACUUM ANALYZEs. The
+// history grows with n; the backlogs the console lists (in human hands,
+// waiting on input, stalled) keep about the same size at any n, as they do
+// in a working deployment, so that a query whose cost follows the history
+// rather than the backlog shows. With k = n/8000, the data is spread
+// deterministically:
 //
-//	status      80% completed; 5% each open, queued, escalated; 2.5% each
-//	            human_active and awaiting_input
-//	next_step   "triage" (a step without a route) on half the open sessions:
-//	            2.5% are stalled
-//	priority    1 + (i/20) % 5
+//	status      i%k = 2: escalated, or human_active (assignee "user:usr_" ||
+//	            i%7) one in three: about 8,000 in human hands;
+//	            i%k = 3 and i/k even: awaiting_input (about 4,000);
+//	            i%k = 4 and i/k even: open on "triage", a step without a
+//	            route: stalled (about 4,000);
+//	            otherwise by i%40: 5% each open and queued, 10% running,
+//	            the rest completed
+//	priority    1 + (i/k) % 5
 //	queue       refunds, shipping, accounts, billing by (i/7) % 4; "legal" 1 in 5,000
-//	assignee    "user:usr_" || i%7 on the claimed (human_active) sessions
 //	reason_code one of the seven codes on the sessions in human hands
 //	escalated_at, input_requested_at  a permutation of n seconds from 2026-01-01
 //	ticket_ref  T-(i/3): three sessions per ticket
@@ -379,6 +385,7 @@ AND indexname <> 'sessions_pkey' ORDER BY indexname`).Scan(&names).Error; err !=
 			t.Fatal(err)
 		}
 	}
+	k := max(n/8000, 5)
 	insert := fmt.Sprintf(`INSERT INTO sessions (id, parent_id, ticket_ref, goal, status, priority, state_version, current_step, queue, state, last_hash, search_notes,
        next_step, assignee, reason_code, escalated_at, input_requested_at, created_at, updated_at)
 SELECT 'ses_' || lpad(i::text, 8, '0'),
@@ -386,20 +393,24 @@ SELECT 'ses_' || lpad(i::text, 8, '0'),
        'T-' || (i / 3),
        (ARRAY['Refund order', 'Replace the blender', 'Check the invoice', 'Ship the parcel', 'Close the account'])[i %% 5 + 1]
          || ' ' || (i %% 997) || CASE WHEN i %% 1000 = 0 THEN ' after a chargeback' ELSE '' END,
-       CASE i %% 40 WHEN 0 THEN 'open' WHEN 20 THEN 'open' WHEN 1 THEN 'queued' WHEN 21 THEN 'queued'
-         WHEN 2 THEN 'escalated' WHEN 22 THEN 'escalated' WHEN 3 THEN 'human_active' WHEN 23 THEN 'awaiting_input' ELSE 'completed' END,
-       1 + (i / 20) %% 5, 1, 'step',
+       CASE WHEN i %% %[1]d = 2 AND (i / %[1]d) %% 3 = 0 THEN 'human_active'
+            WHEN i %% %[1]d = 2 THEN 'escalated'
+            WHEN i %% %[1]d = 3 AND (i / %[1]d) %% 2 = 0 THEN 'awaiting_input'
+            WHEN i %% %[1]d = 4 AND (i / %[1]d) %% 2 = 0 THEN 'open'
+            ELSE CASE i %% 40 WHEN 0 THEN 'open' WHEN 20 THEN 'open' WHEN 1 THEN 'queued' WHEN 21 THEN 'queued'
+              WHEN 2 THEN 'running' WHEN 22 THEN 'running' WHEN 3 THEN 'running' WHEN 23 THEN 'running' ELSE 'completed' END END,
+       1 + (i / %[1]d) %% 5, 1, 'step',
        CASE WHEN i %% 5000 = 0 THEN 'legal' ELSE (ARRAY['refunds', 'shipping', 'accounts', 'billing'])[(i / 7) %% 4 + 1] END,
        '{}', '',
        CASE WHEN i %% 500 = 0 THEN 'customer phoned about a callback' ELSE '' END,
-       CASE WHEN i %% 40 = 0 THEN 'triage' ELSE '' END,
-       CASE WHEN i %% 40 = 3 THEN 'user:usr_' || (i %% 7) ELSE '' END,
-       CASE WHEN i %% 20 IN (2, 3) AND i %% 40 <> 23 THEN (ARRAY['worker', 'permanent_failure', 'retries_exhausted', 'leases_exhausted', 'controller', 'join_conflict', 'join_timeout'])[(i / 3) %% 7 + 1] ELSE '' END,
-       CASE WHEN i %% 20 IN (2, 3) THEN timestamptz '2026-01-01 00:00:00+00' + ((i::bigint * 7919) %% %d) * interval '1 second' END,
-       CASE WHEN i %% 40 = 23 THEN timestamptz '2026-01-01 00:00:00+00' + ((i::bigint * 7919) %% %d) * interval '1 second' END,
+       CASE WHEN i %% %[1]d = 4 AND (i / %[1]d) %% 2 = 0 THEN 'triage' ELSE '' END,
+       CASE WHEN i %% %[1]d = 2 AND (i / %[1]d) %% 3 = 0 THEN 'user:usr_' || (i %% 7) ELSE '' END,
+       CASE WHEN i %% %[1]d = 2 THEN (ARRAY['worker', 'permanent_failure', 'retries_exhausted', 'leases_exhausted', 'controller', 'join_conflict', 'join_timeout'])[(i / 3) %% 7 + 1] ELSE '' END,
+       CASE WHEN i %% %[1]d = 2 THEN timestamptz '2026-01-01 00:00:00+00' + ((i::bigint * 7919) %% %[2]d) * interval '1 second' END,
+       CASE WHEN i %% %[1]d = 3 AND (i / %[1]d) %% 2 = 0 THEN timestamptz '2026-01-01 00:00:00+00' + ((i::bigint * 7919) %% %[2]d) * interval '1 second' END,
        timestamptz '2026-01-01 00:00:00+00',
-       timestamptz '2026-01-01 00:00:00+00' + ((i::bigint * 7919) %% %d) * interval '1 second'
-FROM generate_series(1, %d) AS i`, n, n, n, n)
+       timestamptz '2026-01-01 00:00:00+00' + ((i::bigint * 7919) %% %[2]d) * interval '1 second'
+FROM generate_series(1, %[2]d) AS i`, k, n)
 	began := time.Now()
 	err := s.DB.Transaction(func(tx *gorm.DB) error {
 		// The parent ids exist by construction: skip the foreign key
