@@ -481,10 +481,12 @@ func decodeReviewCursor(s string) (reviewCursor, error) {
 // by them or with a free slot once the other live claims are counted.
 func availableTo(q *gorm.DB, actor string, now UTCTime) *gorm.DB {
 	return q.Where("i.scored < i.needed AND i.decided_by <> ?", actor).
-		// OFFSET 0 keeps "not scored by me" a probe of review_scores_reviewer_idx
-		// per open item: as an anti-join the planner hashed every score the
-		// reviewer ever gave, a cost that grows with their history.
-		Where("NOT EXISTS (SELECT 1 FROM review_scores r WHERE r.session_id = i.session_id AND r.at_version = i.at_version AND r.reviewer = ? OFFSET 0)", actor).
+		// OFFSET 0 keeps "not scored by me" a probe of
+		// review_scores_reviewer_idx per open item (PostgreSQL does not turn
+		// a subquery with an OFFSET into a join): as an anti-join the planner
+		// hashed every score the reviewer ever gave, a cost that grows with
+		// their history. SQLite wants a LIMIT before an OFFSET.
+		Where("NOT EXISTS (SELECT 1 FROM review_scores r WHERE r.session_id = i.session_id AND r.at_version = i.at_version AND r.reviewer = ? LIMIT 1 OFFSET 0)", actor).
 		Where(`(c.reviewer IS NOT NULL OR i.scored + (SELECT count(*) FROM review_claims o
 	WHERE o.session_id = i.session_id AND o.at_version = i.at_version AND o.reviewer <> ? AND o.expires_at > ?) < i.needed)`, actor, now)
 }
