@@ -41,12 +41,12 @@ var buffersRE = regexp.MustCompile(`Buffers: shared(?: hit=(\d+))?(?: read=(\d+)
 // reads one index range of the backlog (about 8,000 sessions in human hands,
 // 4,000 waiting, 4,000 stalled, 2,000 open review items at any n), stopping
 // at CountCap+1 matches where it can; per row it touches a heap page and the
-// index probes of its subplans (the review queue checks each item's scores
-// and claims). The bound is a constant of the backlog, not of the history:
+// index probes of its subplans (the review queue probes three indexes per
+// item, three pages each: nine buffers a row at a million sessions). The bound is a constant of the backlog, not of the history:
 // a statement whose cost followed the million sessions or their scores would
 // pass it by an order of magnitude.
 func maxBuffers(sql string) int {
-	return strings.Count(sql, "LIMIT ")*8*(models.CountCap+1) + 1000
+	return strings.Count(sql, "LIMIT ")*10*(models.CountCap+1) + 1000
 }
 
 // checkConsolePlans runs every query of the console's list pages on the
