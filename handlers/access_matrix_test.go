@@ -124,6 +124,7 @@ var accessMatrix = map[string]routeCase{
 	"POST /console/sessions/:id/reject":                {path: "/console/sessions/ses_missing/reject", want: formAccess(404, 403, 404)},
 	"POST /console/sessions/:id/provide-input":         {path: "/console/sessions/ses_missing/provide-input", want: formAccess(404, 403, 404)},
 	"GET /console/inbox/waiting":                       {want: pageAccess(200, 403, 200)},
+	"GET /console/inbox/stalled":                       {want: pageAccess(200, 403, 200)},
 	"POST /console/sessions/:id/resolve-risk":          {path: "/console/sessions/ses_missing/resolve-risk", want: formAccess(404, 403, 404)},
 
 	// Reviews: reviewers and admins.

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,7 +15,10 @@ import (
 
 // ConsoleInbox serves GET /console and /console/inbox: the sessions in human
 // hands, most urgent first, with filters, counts and keyset pages. An htmx
-// request (the ten-second live refresh) gets only the list.
+// request (the ten-second live refresh, the live search) gets the list and,
+// out of band, every count and the title (views.InboxFragment), all from the
+// same reading of the inbox. A filter the inbox cannot run (a search too
+// long) is a 422 with the problem next to the search box.
 func ConsoleInbox(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		f, err := bindInboxFilter(c)
@@ -24,19 +28,26 @@ func ConsoleInbox(s *models.Store) echo.HandlerFunc {
 		u := CurrentUser(c)
 		ctx := c.Request().Context()
 		after := strings.TrimSpace(c.QueryParam("after"))
-		page, err := s.Inbox(ctx, models.InboxOpts{InboxFilter: f, Me: models.AssigneeOf(*u), After: after})
-		if err != nil {
+		d := views.InboxData{Filter: f, After: after, Now: s.Now().UTC()}
+		status := http.StatusOK
+		d.Page, err = s.Inbox(ctx, models.InboxOpts{InboxFilter: f, Me: models.AssigneeOf(*u), After: after})
+		var ve *models.ValidationError
+		switch {
+		case errors.As(err, &ve):
+			d.Errors, status = ve.Fields, http.StatusUnprocessableEntity
+		case err != nil:
 			return err
 		}
-		assignees := make([]string, 0, len(page.Rows))
-		for _, r := range page.Rows {
+		assignees := make([]string, 0, len(d.Page.Rows))
+		for _, r := range d.Page.Rows {
 			assignees = append(assignees, r.Assignee)
 		}
-		names, err := s.DisplayNames(ctx, assignees...)
-		if err != nil {
+		if d.Names, err = s.DisplayNames(ctx, assignees...); err != nil {
 			return fmt.Errorf("inbox: %w", err)
 		}
-		d := views.InboxData{Filter: f, After: after, Page: page, Names: names, Now: s.Now().UTC()}
+		if d.Tabs, err = s.InboxTabs(ctx); err != nil {
+			return err
+		}
 		store := s
 		if isHTMX(c) {
 			store = nil // the fragment has the checkboxes, not the form
@@ -45,12 +56,9 @@ func ConsoleInbox(s *models.Store) echo.HandlerFunc {
 			return err
 		}
 		if isHTMX(c) {
-			return Render(c, http.StatusOK, views.InboxList(d))
+			return Render(c, status, views.InboxFragment(d))
 		}
-		if d.WaitingTotal, err = s.CountWaitingOnInput(ctx); err != nil {
-			return err
-		}
-		return Render(c, http.StatusOK, views.InboxPage(d))
+		return Render(c, status, views.InboxPage(d))
 	}
 }
 

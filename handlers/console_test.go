@@ -202,6 +202,42 @@ func TestConsoleInbox(t *testing.T) {
 		if n := frag.Find(`[data-testid="inbox-row"]`).Length(); n != 3 {
 			t.Errorf("fragment rows = %d", n)
 		}
+		// With it, out of band, everything that counts, from the same reading:
+		// the chips, the tabs, the total, the selects, and the page title.
+		for _, sel := range []string{"#inbox-chips", "#inbox-tabs", "#inbox-total", "#inbox-queue", "#inbox-priority", "#inbox-reason"} {
+			if oob, _ := frag.Find(sel).Attr("hx-swap-oob"); oob != "true" {
+				t.Errorf("fragment: %s is not swapped out of band", sel)
+			}
+		}
+		if got := count(frag, "filter-status-escalated"); got != "3" {
+			t.Errorf("fragment escalated chip = %q", got)
+		}
+		if title := squash(frag.Find("title")); title != "(3) Inbox · TaskPilots Handoff" {
+			t.Errorf("fragment title = %q", title)
+		}
+		if got := squash(frag.Find(`[data-testid="inbox-count"]`)); got != "3" {
+			t.Errorf("fragment count = %q", got)
+		}
+		// Under a search the chips count what the rows show.
+		doc = getDoc(ana, "/console/inbox?q=T-300")
+		if got := count(doc, "filter-status-all"); got != "1" {
+			t.Errorf("all chip under a search = %q, want 1", got)
+		}
+		if got := squash(doc.Find(`[data-testid="inbox-count"]`)); got != "1" {
+			t.Errorf("count under a search = %q, want 1", got)
+		}
+		// A search the inbox cannot run is a 422 with the problem beside the
+		// search box, the text kept, and nothing listed.
+		long := strings.Repeat("refund ", 40)
+		bad := ana.get("/console/inbox?q=" + url.QueryEscape(long))
+		bdoc := bad.Doc(t)
+		if bad.StatusCode != http.StatusUnprocessableEntity || bdoc.Find(`[data-testid="inbox-search-error"]`).Length() != 1 ||
+			bdoc.Find(`[data-testid="inbox-row"]`).Length() != 0 {
+			t.Errorf("long search: status %d, error %q", bad.StatusCode, squash(bdoc.Find(`[data-testid="inbox-search-error"]`)))
+		}
+		if v, _ := bdoc.Find("#inbox-q").Attr("value"); v != strings.TrimSpace(long) {
+			t.Errorf("long search: the box lost the text: %q", v)
+		}
 
 		// Keyset pages through the handler.
 		for range 60 {

@@ -57,14 +57,14 @@ func SessionsPage(s *models.Store) echo.HandlerFunc {
 			return fmt.Errorf("sessions page: %w", err)
 		}
 		d.Sessions, d.NextAfter = page.Sessions, page.NextCursor
-		if d.Counts, err = s.CountByStatus(ctx); err != nil {
+		// Bounded counts ("1,000+"): the chips cost the same however many
+		// sessions there are.
+		if d.Counts, err = s.CountByStatusCapped(ctx); err != nil {
 			return fmt.Errorf("sessions page: %w", err)
 		}
-		stalled, err := s.StalledStats(ctx)
-		if err != nil {
+		if d.StalledCount, err = s.CountStalledCapped(ctx); err != nil {
 			return fmt.Errorf("sessions page: %w", err)
 		}
-		d.StalledCount = stalled.Sessions
 		// "All matching" is the list's own filter; the stalled view has no
 		// bulk filter, so there only ticked rows can be acted on.
 		var bf *models.BulkFilter

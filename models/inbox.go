@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,10 +103,11 @@ type InboxRow struct {
 
 // InboxCounts are the faceted counts of the inbox: for each option of a
 // filter, how many sessions match it together with the other active filters
-// (search aside), so that each number is what clicking it would show.
+// and the search, so that each number is what clicking it would show. Every
+// count is bounded: a value above CountCap means "more than CountCap".
 type InboxCounts struct {
-	Total      int64 // matching all active filters except search
-	All        int64 // the whole inbox, no filter
+	Total      int64 // matching every active filter and the search: the rows
+	All        int64 // the whole inbox, no filter, no search
 	Status     map[Status]int64
 	Queue      map[string]int64
 	Priority   map[int]int64
@@ -204,7 +206,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		if o.Priority != 0 && p != o.Priority {
 			continue
 		}
-		q := "SELECT " + inboxColumns + " FROM sessions WHERE " + inboxWhere + " AND priority = ?" + filter
+		q := "SELECT " + inboxColumns + " FROM sessions WHERE " + inboxBase(o.InboxFilter) + " AND priority = ?" + filter
 		args = append(args, p)
 		args = append(args, filterArgs...)
 		if after != nil {
@@ -261,16 +263,26 @@ func inboxLess(a, b InboxRow) bool {
 	return a.ID < b.ID
 }
 
-// inboxFilterSQL is the WHERE part of the filters other than priority.
+// inboxBase is the status part of the inbox's WHERE: the inbox statuses, or
+// the one of the status filter. It is a literal either way (Validate allows
+// only the two inbox statuses), which still implies the predicate of the
+// partial indexes; adding the filter on top of the IN list instead would make
+// the planner count the status's selectivity twice, underestimate the rows
+// and sort them all rather than read sessions_inbox_status_idx in order.
+func inboxBase(f InboxFilter) string {
+	if f.Status != "" {
+		return "status = '" + string(f.Status) + "'"
+	}
+	return inboxWhere
+}
+
+// inboxFilterSQL is the WHERE part of the filters other than the status
+// (inboxBase) and the priority.
 func (s *Store) inboxFilterSQL(o InboxOpts) (string, []any) {
 	var (
 		b    strings.Builder
 		args []any
 	)
-	if o.Status != "" {
-		b.WriteString(" AND status = ?")
-		args = append(args, o.Status)
-	}
 	if o.Queue != "" {
 		b.WriteString(" AND queue = ?")
 		args = append(args, o.Queue)
@@ -309,76 +321,159 @@ func (s *Store) timeParam() string {
 	return "?"
 }
 
-type inboxGroup struct {
-	Status     Status
-	Queue      string
-	Priority   int
-	Assignee   string
-	ReasonCode ReasonCode
-	N          int64
+// MaxInboxQueues bounds the queues the inbox offers as filter options.
+const MaxInboxQueues = 100
+
+// inboxQueues lists the queues with sessions in the inbox, sorted: a loose
+// index scan of sessions_inbox_queue_idx (one min() probe per queue), so it
+// costs the number of queues, not the number of sessions.
+func (s *Store) inboxQueues(ctx context.Context) ([]string, error) {
+	var qs []string
+	err := s.DB.WithContext(ctx).Raw(`WITH RECURSIVE q(queue, n) AS (
+	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+`), 1
+	UNION ALL
+	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+` AND s.queue > q.queue), q.n + 1
+	FROM q WHERE q.queue IS NOT NULL AND q.n < ?
+) SELECT queue FROM q WHERE queue IS NOT NULL AND queue <> ''`, MaxInboxQueues).Scan(&qs).Error
+	if err != nil {
+		return nil, fmt.Errorf("inbox queues: %w", err)
+	}
+	return qs, nil
 }
 
-// inboxCounts computes every facet count from one grouped query; the number of
-// groups is bounded by statuses × queues × priorities × assignees × reason
-// codes, not by the number of sessions.
+// inboxCountOrder is the order of the inbox index that serves the count of f
+// (see boundedCount): the partial index led by one of f's equality filters,
+// so that the count reads only rows of that value.
+func inboxCountOrder(f InboxFilter) string {
+	switch {
+	case f.Queue != "":
+		return "queue, " + inboxOrder // sessions_inbox_queue_idx
+	case f.Assignment != "":
+		return "assignee, " + inboxOrder // sessions_inbox_assignee_idx
+	case f.Reason != "":
+		return "reason_code, " + inboxOrder // sessions_inbox_reason_idx
+	case f.Status != "":
+		return "status, " + inboxOrder // sessions_inbox_status_idx
+	}
+	return inboxOrder // sessions_inbox_idx
+}
+
+// inboxCounts computes every facet count as a bounded count (see CountCap)
+// of the inbox rows matching that option with the other active filters and
+// the search; equal filter combinations are counted once, and all of them
+// in one statement. The cost is bounded by the number of options (statuses,
+// queues, priorities, assignments, reason codes) times CountCap, whatever the
+// number of sessions.
 func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, error) {
-	var groups []inboxGroup
-	err := s.DB.WithContext(ctx).Raw(`SELECT status, queue, priority, assignee, reason_code, count(*) AS n
-FROM sessions WHERE ` + inboxWhere + ` GROUP BY status, queue, priority, assignee, reason_code`).Scan(&groups).Error
+	queues, err := s.inboxQueues(ctx)
+	if err != nil {
+		return InboxCounts{}, err
+	}
+	if o.Queue != "" && !slices.Contains(queues, o.Queue) {
+		queues = append(queues, o.Queue)
+	}
+	var (
+		qs   []countQuery
+		keys = map[InboxFilter]int{}
+	)
+	// add registers the count of filter f and returns its key.
+	add := func(f InboxFilter) int {
+		if k, ok := keys[f]; ok {
+			return k
+		}
+		k := len(qs)
+		keys[f] = k
+		where, args := s.inboxFilterSQL(InboxOpts{InboxFilter: f, Me: o.Me})
+		if f.Priority != 0 {
+			where = " AND priority = ?" + where
+			args = append([]any{f.Priority}, args...)
+		}
+		qs = append(qs, countQuery{key: k, where: inboxBase(f) + where, order: inboxCountOrder(f), args: args})
+		return k
+	}
+	f := o.InboxFilter
+	total, all := add(f), add(InboxFilter{})
+	type option[T comparable] struct {
+		v T
+		k int
+	}
+	var (
+		statuses    []option[Status]
+		queueOpts   []option[string]
+		priorities  []option[int]
+		assignments []option[string]
+		reasons     []option[ReasonCode]
+	)
+	for _, st := range []Status{"", StatusEscalated, StatusHumanActive} {
+		g := f
+		g.Status = st
+		statuses = append(statuses, option[Status]{st, add(g)})
+	}
+	for _, q := range append([]string{""}, queues...) {
+		g := f
+		g.Queue = q
+		queueOpts = append(queueOpts, option[string]{q, add(g)})
+	}
+	for p := 0; p <= MaxPriority; p++ {
+		if p != 0 && p < MinPriority {
+			continue
+		}
+		g := f
+		g.Priority = p
+		priorities = append(priorities, option[int]{p, add(g)})
+	}
+	for _, a := range []string{"", AssignedToMe, Unassigned} {
+		g := f
+		g.Assignment = a
+		assignments = append(assignments, option[string]{a, add(g)})
+	}
+	for _, r := range append([]ReasonCode{""}, AllReasonCodes...) {
+		g := f
+		g.Reason = r
+		reasons = append(reasons, option[ReasonCode]{r, add(g)})
+	}
+	n, err := s.boundedCounts(ctx, qs)
 	if err != nil {
 		return InboxCounts{}, fmt.Errorf("inbox counts: %w", err)
 	}
 	c := InboxCounts{
+		Total: n[total], All: n[all],
 		Status: map[Status]int64{}, Queue: map[string]int64{}, Priority: map[int]int64{},
-		Assignment: map[string]int64{AssignedToMe: 0, Unassigned: 0}, Reason: map[ReasonCode]int64{},
+		Assignment: map[string]int64{}, Reason: map[ReasonCode]int64{},
 	}
-	assignment := func(g inboxGroup) []string {
-		switch {
-		case g.Assignee == "":
-			return []string{Unassigned}
-		case o.Me != "" && g.Assignee == o.Me:
-			return []string{AssignedToMe}
+	for _, o := range statuses {
+		if o.v == "" {
+			c.AnyStatus = n[o.k]
+		} else {
+			c.Status[o.v] = n[o.k]
 		}
-		return nil
 	}
-	for _, g := range groups {
-		c.All += g.N
-		st := o.Status == "" || g.Status == o.Status
-		qu := o.Queue == "" || g.Queue == o.Queue
-		pr := o.Priority == 0 || g.Priority == o.Priority
-		as := o.Assignment == ""
-		for _, a := range assignment(g) {
-			as = as || a == o.Assignment
+	for _, o := range queueOpts {
+		if o.v == "" {
+			c.AnyQueue = n[o.k]
+		} else {
+			c.Queue[o.v] = n[o.k]
 		}
-		re := o.Reason == "" || g.ReasonCode == o.Reason
-		if qu && pr && as && re {
-			c.Status[g.Status] += g.N
-			c.AnyStatus += g.N
+	}
+	for _, o := range priorities {
+		if o.v == 0 {
+			c.AnyPriority = n[o.k]
+		} else {
+			c.Priority[o.v] = n[o.k]
 		}
-		if st && pr && as && re {
-			if g.Queue != "" {
-				c.Queue[g.Queue] += g.N
-			}
-			c.AnyQueue += g.N
+	}
+	for _, o := range assignments {
+		if o.v == "" {
+			c.AnyAssignment = n[o.k]
+		} else {
+			c.Assignment[o.v] = n[o.k]
 		}
-		if st && qu && as && re {
-			c.Priority[g.Priority] += g.N
-			c.AnyPriority += g.N
-		}
-		if st && qu && pr && re {
-			for _, a := range assignment(g) {
-				c.Assignment[a] += g.N
-			}
-			c.AnyAssignment += g.N
-		}
-		if st && qu && pr && as {
-			if g.ReasonCode != "" {
-				c.Reason[g.ReasonCode] += g.N
-			}
-			c.AnyReason += g.N
-		}
-		if st && qu && pr && as && re {
-			c.Total += g.N
+	}
+	for _, o := range reasons {
+		if o.v == "" {
+			c.AnyReason = n[o.k]
+		} else if n[o.k] > 0 {
+			c.Reason[o.v] = n[o.k]
 		}
 	}
 	return c, nil

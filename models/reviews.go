@@ -439,7 +439,8 @@ type ReviewQueueRow struct {
 	MyClaimExpires NullTime
 }
 
-// ReviewCounts are the numbers beside the queue's filters.
+// ReviewCounts are the numbers beside the queue's filters, each bounded: a
+// value above CountCap means "more than CountCap".
 type ReviewCounts struct {
 	// Open items still need a score from someone.
 	Open int64
@@ -480,7 +481,12 @@ func decodeReviewCursor(s string) (reviewCursor, error) {
 // by them or with a free slot once the other live claims are counted.
 func availableTo(q *gorm.DB, actor string, now UTCTime) *gorm.DB {
 	return q.Where("i.scored < i.needed AND i.decided_by <> ?", actor).
-		Where("NOT EXISTS (SELECT 1 FROM review_scores r WHERE r.session_id = i.session_id AND r.at_version = i.at_version AND r.reviewer = ?)", actor).
+		// OFFSET 0 keeps "not scored by me" a probe of
+		// review_scores_reviewer_idx per open item (PostgreSQL does not turn
+		// a subquery with an OFFSET into a join): as an anti-join the planner
+		// hashed every score the reviewer ever gave, a cost that grows with
+		// their history. SQLite wants a LIMIT before an OFFSET.
+		Where("NOT EXISTS (SELECT 1 FROM review_scores r WHERE r.session_id = i.session_id AND r.at_version = i.at_version AND r.reviewer = ? LIMIT 1 OFFSET 0)", actor).
 		Where(`(c.reviewer IS NOT NULL OR i.scored + (SELECT count(*) FROM review_claims o
 	WHERE o.session_id = i.session_id AND o.at_version = i.at_version AND o.reviewer <> ? AND o.expires_at > ?) < i.needed)`, actor, now)
 }
@@ -490,6 +496,9 @@ func (s *Store) reviewQueueBase(ctx context.Context, actor string, now UTCTime) 
 		Joins("LEFT JOIN review_claims c ON c.session_id = i.session_id AND c.at_version = i.at_version AND c.reviewer = ? AND c.expires_at > ?", actor, now)
 	return availableTo(q, actor, now)
 }
+
+// reviewOrder is the queue's order, that of review_items_open_idx.
+const reviewOrder = "i.decided_at, i.session_id, i.at_version"
 
 // ReviewQueue returns a page of the items a reviewer may score, oldest
 // decision first, with the queue's counts.
@@ -511,7 +520,7 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 		q = q.Where("(i.decided_at, i.session_id, i.at_version) > ("+s.timeParam()+", ?, ?)", cur.DecidedAt, cur.SessionID, cur.AtVersion)
 	}
 	var rows []ReviewQueueRow
-	if err := q.Order("i.decided_at, i.session_id, i.at_version").Limit(o.Limit + 1).Scan(&rows).Error; err != nil {
+	if err := q.Order(reviewOrder).Limit(o.Limit + 1).Scan(&rows).Error; err != nil {
 		return ReviewQueuePage{}, fmt.Errorf("review queue: %w", err)
 	}
 	page := ReviewQueuePage{Rows: rows}
@@ -519,14 +528,16 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 		page.Rows = rows[:o.Limit]
 		page.Next = encodeReviewCursor(page.Rows[o.Limit-1].ReviewItem)
 	}
+	// Bounded counts (see CountCap): each reads at most CountCap+1 items of
+	// the backlog, however long it grows.
 	db := s.DB.WithContext(ctx)
-	if err := db.Table("review_items").Where("scored < needed").Count(&page.Counts.Open).Error; err != nil {
+	if err := cappedCount(db, db.Table("review_items").Where("scored < needed"), "decided_at, session_id, at_version", &page.Counts.Open); err != nil {
 		return page, fmt.Errorf("review queue: count open: %w", err)
 	}
-	if err := s.reviewQueueBase(ctx, actor, now).Count(&page.Counts.Available).Error; err != nil {
+	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now), reviewOrder, &page.Counts.Available); err != nil {
 		return page, fmt.Errorf("review queue: count available: %w", err)
 	}
-	if err := s.reviewQueueBase(ctx, actor, now).Where("c.reviewer IS NOT NULL").Count(&page.Counts.Mine).Error; err != nil {
+	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now).Where("c.reviewer IS NOT NULL"), reviewOrder, &page.Counts.Mine); err != nil {
 		return page, fmt.Errorf("review queue: count mine: %w", err)
 	}
 	return page, nil

@@ -220,9 +220,15 @@ func Stalled(st Status, nextStep string, hasRoute bool) bool {
 	return st == StatusOpen && nextStep != "" && !hasRoute
 }
 
-// stalledSQL selects the stalled sessions; sessions_stalled_idx serves it.
+// stalledSQL selects the stalled sessions; sessions_stalled_idx and
+// sessions_waiting_step_updated_idx serve it. The route check is a NOT IN
+// over the (small, primary-keyed, never null) routes table, which PostgreSQL
+// runs as a hashed filter: as a NOT EXISTS anti-join, the planner estimated
+// that almost no session survives it (few distinct next_step values, all of
+// them "matched") and sorted every stalled session rather than read a page
+// of them in order.
 const stalledSQL = `sessions.status = 'open' AND sessions.next_step <> ''
-	AND NOT EXISTS (SELECT 1 FROM routes WHERE routes.step = sessions.next_step)`
+	AND sessions.next_step NOT IN (SELECT routes.step FROM routes)`
 
 // StalledScope narrows a query on sessions to the stalled ones, for any
 // listing of sessions (q.Scopes(models.StalledScope)); sessions_stalled_idx

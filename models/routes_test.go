@@ -384,7 +384,7 @@ FROM generate_series(1, ?) AS i`, n).Error
 		t.Fatalf("stalled stats = %+v, %v", st, err)
 	}
 	// Either partial-enough index bounds the read to the open sessions.
-	explain("stalled count", "sessions_stalled_idx|sessions_status_updated_idx")
+	explain("stalled count", "sessions_stalled_idx|sessions_status_updated_idx|sessions_waiting_step_updated_idx")
 
 	page, err := s.ListSessions(ctx, models.SessionQuery{Stalled: true, Limit: 20})
 	rows := page.Sessions
@@ -414,7 +414,7 @@ FROM generate_series(1, ?) AS i`, n).Error
 		!g.OldestReady.Equal(time.Date(2026, 11, 1, 0, 1, 40, 0, time.UTC)) {
 		t.Errorf("refunds gauge = %+v", g)
 	}
-	explain("queue gauges", "sessions_stalled_idx|sessions_status_updated_idx")
+	explain("queue gauges", "sessions_stalled_idx|sessions_status_updated_idx|sessions_waiting_step_updated_idx")
 }
 
 // TestDrainRoute: the explicit action delegates open sessions waiting on a

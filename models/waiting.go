@@ -33,7 +33,7 @@ type WaitingPage struct {
 	Rows []WaitingRow
 	// Next is the cursor of the next page, empty on the last page.
 	Next string
-	// Total counts every session waiting for input.
+	// Total counts the sessions waiting for input, up to CountCap+1.
 	Total int64
 }
 
@@ -79,20 +79,25 @@ FROM sessions WHERE status = 'awaiting_input' AND input_requested_at IS NOT NULL
 	return page, err
 }
 
-// CountWaitingOnInput counts the sessions in awaiting_input.
+// waitingWhere selects the sessions waiting on input; a literal, so that the
+// planner matches the partial sessions_waiting_input_idx.
+const waitingWhere = `status = 'awaiting_input'`
+
+// CountWaitingOnInput counts the sessions in awaiting_input, up to
+// CountCap+1 (see CountCap).
 func (s *Store) CountWaitingOnInput(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.DB.WithContext(ctx).Model(&Session{}).Where("status = ?", StatusAwaitingInput).Count(&n).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(boundedCount(waitingWhere, waitingOrder)).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("count waiting on input: %w", err)
 	}
 	return n, nil
 }
 
 // CountInHumanHands counts the sessions of the inbox (escalated or
-// claimed), for the tab of the "Waiting on input" view.
+// claimed), for the tab of the "Waiting on input" view, up to CountCap+1.
 func (s *Store) CountInHumanHands(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.DB.WithContext(ctx).Model(&Session{}).Where(inboxWhere).Count(&n).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(boundedCount(inboxWhere, inboxOrder)).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("count inbox: %w", err)
 	}
 	return n, nil

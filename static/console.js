@@ -195,3 +195,94 @@
     }
   });
 })();
+
+// The inbox's live refresh (every ten seconds, issue 14): rows that arrive
+// with a refresh are highlighted until the user opens or selects them, and
+// a select the user is working with is not replaced under them. The title
+// and every count arrive with the list from the server (views.InboxFragment).
+(function () {
+  "use strict";
+
+  var ROW = '[data-testid="inbox-row"]';
+  var known = null; // ids listed so far on this page
+  var fresh = {}; // ids that arrived with a refresh, not yet looked at
+  var polled = false; // whether the request in flight is the live refresh
+
+  function ids() {
+    return Array.prototype.map.call(document.querySelectorAll(ROW), function (r) {
+      return r.getAttribute("data-session-id");
+    });
+  }
+
+  function remember(list) {
+    known = {};
+    list.forEach(function (id) {
+      known[id] = true;
+    });
+  }
+
+  function paint() {
+    Array.prototype.forEach.call(document.querySelectorAll(ROW), function (r) {
+      var isNew = fresh[r.getAttribute("data-session-id")] === true;
+      r.classList.toggle("is-new", isNew);
+      if (isNew) {
+        r.setAttribute("data-new", "true");
+      } else {
+        r.removeAttribute("data-new");
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    remember(ids());
+  });
+
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    if (evt.detail && evt.detail.elt && evt.detail.elt.id === "inbox-list") {
+      polled = true;
+    } else if (evt.detail && evt.detail.elt && evt.detail.elt.closest && evt.detail.elt.closest('[data-testid="inbox-filter-form"]')) {
+      polled = false;
+    }
+  });
+
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    if (!evt.target || evt.target.id !== "inbox-list") {
+      return;
+    }
+    var list = ids();
+    if (polled && known) {
+      list.forEach(function (id) {
+        if (!known[id]) {
+          fresh[id] = true;
+        }
+      });
+    } else {
+      // A new search or filter lists other rows; none of them "arrived".
+      fresh = {};
+    }
+    list.forEach(function (id) {
+      known[id] = true;
+    });
+    polled = false;
+    paint();
+  });
+
+  // Looking at a row (focus, click, j/k) takes its highlight away.
+  document.addEventListener("focusin", function (evt) {
+    var row = evt.target && evt.target.closest ? evt.target.closest(ROW) : null;
+    if (row && fresh[row.getAttribute("data-session-id")]) {
+      delete fresh[row.getAttribute("data-session-id")];
+      paint();
+    }
+  });
+
+  // Never swap a control out of band while the user is in it (an open
+  // select would close under the pointer); the next refresh brings its
+  // counts.
+  document.addEventListener("htmx:oobBeforeSwap", function (evt) {
+    var target = evt.detail && evt.detail.target;
+    if (target && target.contains && target.contains(document.activeElement) && document.activeElement !== document.body) {
+      evt.detail.shouldSwap = false;
+    }
+  });
+})();

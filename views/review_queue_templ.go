@@ -324,9 +324,9 @@ func ReviewQueuePage(d ReviewQueueData) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var12 string
-			templ_7745c5c3_Var12, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(d.Page.Counts.Open, "item needs", "items need"))
+			templ_7745c5c3_Var12, templ_7745c5c3_Err = templ.JoinStringErrs(PluralCount(d.Page.Counts.Open, "item needs", "items need"))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/review_queue.templ`, Line: 153, Col: 101}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/review_queue.templ`, Line: 153, Col: 106}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var12))
 			if templ_7745c5c3_Err != nil {

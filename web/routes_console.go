@@ -17,6 +17,7 @@ func consoleRoutes(e *echo.Echo, s *models.Store) {
 	e.GET("/console", handlers.ConsoleInbox(s), agents)
 	e.GET("/console/inbox", handlers.ConsoleInbox(s), agents)
 	e.GET("/console/inbox/waiting", handlers.ConsoleWaiting(s), agents)
+	e.GET("/console/inbox/stalled", handlers.ConsoleStalled(s), agents)
 	e.GET("/console/sessions/:id", handlers.ConsoleSession(s), handlers.RequireUser())
 	// Bulk actions: the roles the policy lets take some bulk
 	// action; models.Bulk judges each session.
