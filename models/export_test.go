@@ -1,6 +1,14 @@
 package models
 
+import "context"
+
 // LaterChecked lets the external tests queue a statement judged in Go.
 func (t *Tx) LaterChecked(check func(rows int64, err error) error, query string, args ...any) {
 	t.laterChecked(check, query, args...)
+}
+
+// ProductMetricsFromEvents computes the product metrics by folding the event
+// log only, without the rollups (the reference the rollups must match).
+func (s *Store) ProductMetricsFromEvents(ctx context.Context, o MetricsOpts) (ProductMetrics, error) {
+	return s.productMetrics(ctx, o, false)
 }
