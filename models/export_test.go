@@ -12,3 +12,9 @@ func (t *Tx) LaterChecked(check func(rows int64, err error) error, query string,
 func (s *Store) ProductMetricsFromEvents(ctx context.Context, o MetricsOpts) (ProductMetrics, error) {
 	return s.productMetrics(ctx, o, false)
 }
+
+// MetricRollupQueries are the SQL statements a metrics request runs on the
+// rollups, by name.
+var MetricRollupQueries = map[string]string{
+	"sums": rollupSumsSQL, "sessions": rollupSessionsSQL, "edge sessions": rollupEdgeSessionsSQL,
+}

@@ -356,6 +356,21 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// The request's reads of the rollups (TestMetricsRollupPlansAtScale
+// EXPLAINs them): the whole hours' counters, their distinct sessions, and
+// which of the sessions at the window's ends they counted.
+const (
+	rollupSumsSQL = `SELECT queue, name, CAST(SUM(value) AS bigint) AS total, MAX(value) AS top FROM metric_rollups
+WHERE bucket >= ? AND bucket < ? GROUP BY queue, name`
+	rollupSessionsSQL = `SELECT queue, COUNT(DISTINCT session_id) AS sessions,
+	COUNT(DISTINCT CASE WHEN reworked THEN session_id END) AS reworked,
+	COUNT(DISTINCT CASE WHEN infra THEN session_id END) AS infra
+FROM metric_session_hours WHERE bucket >= ? AND bucket < ? GROUP BY queue`
+	rollupEdgeSessionsSQL = `SELECT session_id, queue, MAX(CASE WHEN reworked THEN 1 ELSE 0 END) = 1 AS reworked,
+	MAX(CASE WHEN infra THEN 1 ELSE 0 END) = 1 AS infra
+FROM metric_session_hours WHERE session_id IN ? AND bucket >= ? AND bucket < ? GROUP BY session_id, queue`
+)
+
 // errRolledByOther: another process rolled the hour up meanwhile.
 var errRolledByOther = errors.New("hour rolled up by another process")
 
@@ -406,8 +421,7 @@ func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UT
 		Total int64
 		Top   int64
 	}
-	if err := db.Raw(`SELECT queue, name, CAST(SUM(value) AS bigint) AS total, MAX(value) AS top FROM metric_rollups
-WHERE bucket >= ? AND bucket < ? GROUP BY queue, name`, ua, ub).Scan(&sums).Error; err != nil {
+	if err := db.Raw(rollupSumsSQL, ua, ub).Scan(&sums).Error; err != nil {
 		return fmt.Errorf("metrics: read rollups: %w", err)
 	}
 	for _, r := range sums {
@@ -424,10 +438,7 @@ WHERE bucket >= ? AND bucket < ? GROUP BY queue, name`, ua, ub).Scan(&sums).Erro
 		Reworked int64
 		Infra    int64
 	}
-	if err := db.Raw(`SELECT queue, COUNT(DISTINCT session_id) AS sessions,
-	COUNT(DISTINCT CASE WHEN reworked THEN session_id END) AS reworked,
-	COUNT(DISTINCT CASE WHEN infra THEN session_id END) AS infra
-FROM metric_session_hours WHERE bucket >= ? AND bucket < ? GROUP BY queue`, ua, ub).Scan(&counts).Error; err != nil {
+	if err := db.Raw(rollupSessionsSQL, ua, ub).Scan(&counts).Error; err != nil {
 		return fmt.Errorf("metrics: count rollup sessions: %w", err)
 	}
 	for _, c := range counts {
@@ -450,9 +461,7 @@ FROM metric_session_hours WHERE bucket >= ? AND bucket < ? GROUP BY queue`, ua, 
 			Reworked  bool
 			Infra     bool
 		}
-		if err := db.Raw(`SELECT session_id, queue, MAX(CASE WHEN reworked THEN 1 ELSE 0 END) = 1 AS reworked,
-	MAX(CASE WHEN infra THEN 1 ELSE 0 END) = 1 AS infra
-FROM metric_session_hours WHERE session_id IN ? AND bucket >= ? AND bucket < ? GROUP BY session_id, queue`,
+		if err := db.Raw(rollupEdgeSessionsSQL,
 			chunk, ua, ub).Scan(&seen).Error; err != nil {
 			return fmt.Errorf("metrics: rollup sessions of the window's ends: %w", err)
 		}
