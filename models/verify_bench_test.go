@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
@@ -36,7 +37,7 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	s := storetest.New(b, models.Postgres)
 	ctx := context.Background()
-	n := cloneVerifySessions(ctx, b, s, want)
+	n := cloneSessions(ctx, b, s, want, 0)
 	for _, workers := range []int{1, runtime.GOMAXPROCS(0)} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			var rep models.VerifyReport
@@ -53,9 +54,11 @@ func BenchmarkVerify(b *testing.B) {
 	}
 }
 
-// cloneVerifySessions writes one session through the store and copies it
-// until the log holds at least want events; it returns the event count.
-func cloneVerifySessions(ctx context.Context, b *testing.B, s *models.Store, want int) int {
+// cloneSessions writes one session through the store and copies it until
+// the log holds at least want events; it returns the event count. With
+// spread, the copies' events are moved back in time so that the copies
+// start evenly over the spread before now.
+func cloneSessions(ctx context.Context, b *testing.B, s *models.Store, want int, spread time.Duration) int {
 	b.Helper()
 	sid, did := storetest.Delegated(ctx, b, s, "bench-verify")
 	row, err := s.GetSession(ctx, sid)
@@ -104,8 +107,13 @@ func cloneVerifySessions(ctx context.Context, b *testing.B, s *models.Store, wan
 		}
 		batch, sessions = batch[:0], sessions[:0]
 	}
+	copies := (want + len(evs) - 1) / len(evs)
 	for i := 0; total < want; i++ {
 		id := fmt.Sprintf("ses_bench%08d", i)
+		var shift time.Duration
+		if spread > 0 {
+			shift = evs[0].CreatedAt.Sub(time.Now().Add(-spread + time.Duration(i)*spread/time.Duration(copies)))
+		}
 		row := tmpl
 		row.ID = id
 		row.State = strings.ReplaceAll(tmpl.State, sid, id)
@@ -114,6 +122,7 @@ func cloneVerifySessions(ctx context.Context, b *testing.B, s *models.Store, wan
 			e.ID = models.NewID("evt")
 			e.SessionID = id
 			e.PrevHash = prev
+			e.CreatedAt = models.NewUTCTime(e.CreatedAt.Add(-shift))
 			e.Hash = models.ComputeHash(e)
 			prev = e.Hash
 			batch = append(batch, e)
@@ -130,4 +139,61 @@ func cloneVerifySessions(ctx context.Context, b *testing.B, s *models.Store, wan
 		b.Fatal(err)
 	}
 	return total
+}
+
+// BenchmarkProductMetrics measures a metrics request on PostgreSQL over
+// TASKPILOTS_BENCH_METRICS_EVENTS events (default 1,000,000) of sessions
+// spread over the last 30 days, after the rollups' backfill (logged), for
+// the 24 h, 7 d and 30 d windows, a custom range, and the 30 d window
+// folded from the events without rollups, for comparison:
+//
+//	go test -run '^$' -bench ProductMetrics -benchtime 5x ./models
+func BenchmarkProductMetrics(b *testing.B) {
+	want := 1_000_000
+	if v := os.Getenv("TASKPILOTS_BENCH_METRICS_EVENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("TASKPILOTS_BENCH_METRICS_EVENTS=%q: want a positive number", v)
+		}
+		want = n
+	}
+	s := storetest.New(b, models.Postgres)
+	ctx := context.Background()
+	began := time.Now()
+	n := cloneSessions(ctx, b, s, want, 30*24*time.Hour)
+	b.Logf("%d events written in %v", n, time.Since(began).Round(time.Millisecond))
+	began = time.Now()
+	hours, err := s.RollupMetrics(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("backfilled %d hours of rollups in %v", hours, time.Since(began).Round(time.Millisecond))
+	now := time.Now()
+	windows := []struct {
+		name     string
+		from, to time.Time
+		fold     bool
+	}{
+		{"24h", now.Add(-24 * time.Hour), now, false},
+		{"7d", now.Add(-7 * 24 * time.Hour), now, false},
+		{"30d", now.Add(-30 * 24 * time.Hour), now, false},
+		{"custom", now.Add(-20*24*time.Hour - 17*time.Minute), now.Add(-5*24*time.Hour + 23*time.Minute), false},
+		{"30d-fold-only", now.Add(-30 * 24 * time.Hour), now, true},
+	}
+	for _, w := range windows {
+		b.Run(w.name, func(b *testing.B) {
+			o := models.MetricsOpts{From: w.from, To: w.to}
+			for b.Loop() {
+				var err error
+				if w.fold {
+					_, err = s.ProductMetricsFromEvents(ctx, o)
+				} else {
+					_, err = s.ProductMetrics(ctx, o)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
