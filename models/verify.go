@@ -115,7 +115,7 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(jobs)
-		readErr <- s.streamVerifyJobs(ctx, o.SessionIDs, jobs)
+		readErr <- s.streamVerifyJobs(ctx, o.SessionIDs, workers, jobs)
 	}()
 	go func() {
 		wg.Wait()
@@ -172,9 +172,34 @@ type verifyResult struct {
 	err   error
 }
 
-// streamVerifyJobs lists the sessions (all, or ids) in batches and sends one
-// job per session with its events.
-func (s *Store) streamVerifyJobs(ctx context.Context, ids []string, jobs chan<- verifyJob) error {
+// streamVerifyJobs lists the sessions (all, or ids) in batches and has
+// readers (one per worker, at most verifyReaders) read the batches' events
+// in parallel, each on its own connection, sending one job per session with
+// its events: one reader could not keep several workers busy.
+func (s *Store) streamVerifyJobs(ctx context.Context, ids []string, workers int, jobs chan<- verifyJob) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan []Session, 2)
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		readErr error
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { readErr = err; cancel() })
+	}
+	for range min(workers, verifyReaders) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rows := range batches {
+				if err := s.sendBatchJobs(ctx, rows, ids, jobs); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
 	after := ""
 	for {
 		var rows []Session
@@ -183,57 +208,77 @@ func (s *Store) streamVerifyJobs(ctx context.Context, ids []string, jobs chan<- 
 			q = q.Where("id IN ?", ids)
 		}
 		if err := q.Where("id > ?", after).Find(&rows).Error; err != nil {
-			return fmt.Errorf("verify: list sessions: %w", err)
+			fail(fmt.Errorf("verify: list sessions: %w", err))
+			break
 		}
 		if len(rows) == 0 {
-			return nil
+			break
 		}
-		i := 0 // rows[i] is the next session to send
-		var evs []Event
-		// send sends every session up to and including upTo: upTo with
-		// the events gathered, those before it (no events) with none.
-		send := func(upTo string) error {
-			for i < len(rows) && rows[i].ID <= upTo {
-				var mine []Event
-				if rows[i].ID == upTo {
-					mine = evs
-				}
-				select {
-				case jobs <- verifyJob{row: rows[i], events: mine}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				i++
-			}
-			return nil
+		select {
+		case batches <- rows:
+		case <-ctx.Done():
 		}
-		cur := ""
-		err := s.scanBatchEvents(ctx, rows[0].ID, rows[len(rows)-1].ID, ids, func(e Event) error {
-			if e.SessionID != cur {
-				if cur != "" {
-					if err := send(cur); err != nil {
-						return err
-					}
-				}
-				cur, evs = e.SessionID, nil
-			}
-			evs = append(evs, e)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if cur != "" {
-			if err := send(cur); err != nil {
-				return err
-			}
-		}
-		evs = nil
-		if err := send(rows[len(rows)-1].ID); err != nil {
-			return err
+		if ctx.Err() != nil {
+			break
 		}
 		after = rows[len(rows)-1].ID
 	}
+	close(batches)
+	wg.Wait()
+	if readErr == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return readErr
+}
+
+// verifyReaders bounds the connections Verify reads events on at once.
+const verifyReaders = 4
+
+// sendBatchJobs reads the events of one batch of sessions and sends a job
+// per session.
+func (s *Store) sendBatchJobs(ctx context.Context, rows []Session, ids []string, jobs chan<- verifyJob) error {
+	i := 0 // rows[i] is the next session to send
+	var evs []Event
+	// send sends every session up to and including upTo: upTo with
+	// the events gathered, those before it (no events) with none.
+	send := func(upTo string) error {
+		for i < len(rows) && rows[i].ID <= upTo {
+			var mine []Event
+			if rows[i].ID == upTo {
+				mine = evs
+			}
+			select {
+			case jobs <- verifyJob{row: rows[i], events: mine}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			i++
+		}
+		return nil
+	}
+	cur := ""
+	err := s.scanBatchEvents(ctx, rows[0].ID, rows[len(rows)-1].ID, ids, func(e Event) error {
+		if e.SessionID != cur {
+			if cur != "" {
+				if err := send(cur); err != nil {
+					return err
+				}
+			}
+			cur, evs = e.SessionID, nil
+		}
+		evs = append(evs, e)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if cur != "" {
+		if err := send(cur); err != nil {
+			return err
+		}
+	}
+	evs = nil
+	return send(rows[len(rows)-1].ID)
 }
 
 // verifyEventCols are the columns of Event, in scan order.
