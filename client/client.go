@@ -441,6 +441,36 @@ func (c *Client) Lease(ctx context.Context, queue string, in LeaseInput, opts ..
 	return &out, nil
 }
 
+// LeaseBatch leases up to max (1 to 100) delegations of queue in one claim,
+// long-polling up to in.WaitSeconds for the first; it returns none (nil,
+// nil) when nothing came. Each lease is one of its own, as Lease returns
+// it: its own token, expiry, heartbeats and result.
+func (c *Client) LeaseBatch(ctx context.Context, queue string, in LeaseInput, max int, opts ...CallOption) ([]Lease, error) {
+	var (
+		out struct {
+			Leases []Lease `json:"leases"`
+		}
+		none bool
+	)
+	body := struct {
+		LeaseInput
+		Max int `json:"max"`
+	}{in, max}
+	err := c.do(ctx, request{
+		method: http.MethodPost, path: "/api/v1/queues/" + esc(queue) + "/lease", body: body, out: &out,
+		noBody: &none, wait: time.Duration(in.WaitSeconds) * time.Second,
+	}, opts)
+	if err != nil || none {
+		return nil, err
+	}
+	for i := range out.Leases {
+		if out.Leases[i].Queue == "" {
+			out.Leases[i].Queue = queue
+		}
+	}
+	return out.Leases, nil
+}
+
 // Heartbeat extends a held lease and returns its new expiry. A
 // *ConflictError means the lease is no longer held: stop working on it.
 func (c *Client) Heartbeat(ctx context.Context, delegationID, leaseToken string, opts ...CallOption) (time.Time, error) {

@@ -67,6 +67,9 @@ func (a *API) lease(c echo.Context) error {
 		wait = min(time.Duration(*in.WaitSeconds)*time.Second, models.MaxWaitSeconds*time.Second)
 	}
 	ctx := c.Request().Context()
+	if in.Max != nil {
+		return a.leaseBatch(c, queue, in, key, wait)
+	}
 	l, err := a.Store.ClaimWait(ctx, queue, in.Worker, actor(c), key, wait)
 	if err != nil && ctx.Err() != nil {
 		// The caller hung up (or the server is stopping) while waiting; the
@@ -81,10 +84,43 @@ func (a *API) lease(c echo.Context) error {
 	if l == nil {
 		return c.NoContent(http.StatusNoContent)
 	}
-	return c.JSON(http.StatusOK, leaseView{
+	return c.JSON(http.StatusOK, newLeaseView(queue, *l))
+}
+
+func newLeaseView(queue string, l models.Lease) leaseView {
+	return leaseView{
 		Queue: queue, DelegationID: l.DelegationID, SessionID: l.SessionID, Step: l.Step, Attempt: l.Attempt,
 		LeaseToken: l.LeaseToken, LeaseExpiresAt: models.NewUTCTime(l.LeaseExpiresAt), Packet: l.Packet,
-	})
+	}
+}
+
+// leaseBatchView is the answer to a lease request with max: the leases
+// granted, at least one, at most max, each exactly as a single lease.
+type leaseBatchView struct {
+	Leases []leaseView `json:"leases"`
+}
+
+// leaseBatch is lease with max set: up to max leases in one claim. Without
+// max the answer keeps its single-lease shape, so existing workers see no
+// change.
+func (a *API) leaseBatch(c echo.Context, queue string, in models.LeaseInput, key string, wait time.Duration) error {
+	ctx := c.Request().Context()
+	ls, err := a.Store.ClaimBatchWait(ctx, queue, in.Worker, actor(c), key, *in.Max, wait)
+	if err != nil && ctx.Err() != nil {
+		a.log().Debug("lease poll ended by its context", "queue", queue, "worker", in.Worker, "err", err)
+		return c.NoContent(http.StatusNoContent)
+	}
+	if err != nil {
+		return err
+	}
+	if len(ls) == 0 {
+		return c.NoContent(http.StatusNoContent)
+	}
+	out := leaseBatchView{Leases: make([]leaseView, len(ls))}
+	for i, l := range ls {
+		out.Leases[i] = newLeaseView(queue, l)
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 type heartbeatInput struct {

@@ -1,5 +1,7 @@
 package models
 
+import "context"
+
 // LaterChecked lets the external tests queue a statement judged in Go.
 func (t *Tx) LaterChecked(check func(rows int64, err error) error, query string, args ...any) {
 	t.laterChecked(check, query, args...)
@@ -7,3 +9,14 @@ func (t *Tx) LaterChecked(check func(rows int64, err error) error, query string,
 
 // SetBulkHook runs hook before each session of a bulk is written.
 func (s *Store) SetBulkHook(hook func(sessionID string)) { s.bulkHook = hook }
+// ProductMetricsFromEvents computes the product metrics by folding the event
+// log only, without the rollups (the reference the rollups must match).
+func (s *Store) ProductMetricsFromEvents(ctx context.Context, o MetricsOpts) (ProductMetrics, error) {
+	return s.productMetrics(ctx, o, false)
+}
+
+// MetricRollupQueries are the SQL statements a metrics request runs on the
+// rollups, by name.
+var MetricRollupQueries = map[string]string{
+	"sums": rollupSumsSQL, "sessions": rollupSessionsSQL, "edge sessions": rollupEdgeSessionsSQL,
+}

@@ -486,6 +486,7 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 	s.maint.mu.Unlock()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var lastRollup time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -498,6 +499,17 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 		passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		rep, next, err := s.MaintainNext(passCtx)
 		cancel()
+		if now := s.now(); now.Sub(lastRollup) >= metricRollupEvery {
+			// The metric rollups of the hours closed since (all of them on
+			// the first pass: the backfill). Not a timer kind: nothing in
+			// the database says an hour has closed.
+			lastRollup = now
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Minute)
+			if _, rerr := s.RollupMetrics(rctx); rerr != nil && ctx.Err() == nil {
+				s.Logger.Error("metric rollups", "err", rerr)
+			}
+			rcancel()
+		}
 		if onPass != nil && ctx.Err() == nil {
 			onPass(rep, err)
 		}
@@ -533,6 +545,10 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 		}
 	}
 }
+
+// metricRollupEvery is how often the maintenance loop looks for closed
+// hours to roll up (at the next pass after it).
+const metricRollupEvery = time.Minute
 
 // DefaultMaintainMaxSleep is the longest the maintenance loop sleeps when
 // nothing is due in this process.

@@ -25,7 +25,9 @@ import (
 // interruption or a claim before From) are judged correctly, while only
 // outcomes that happen inside the window are counted. The conflict rate adds
 // one aggregate over write_rejections (its primary key starts with the
-// bucket). No rollups: every figure is recomputed from the log.
+// bucket). The whole hours of a window come from rollups of that same fold
+// (metrics_rollup.go); only the partial hours at its ends are folded per
+// request.
 
 // MetricsOpts selects the window and, optionally, one queue.
 type MetricsOpts struct {
@@ -431,14 +433,26 @@ type metricPayload struct {
 	Usage        *Usage         `json:"usage"`
 }
 
-// ProductMetrics computes the product metrics for o's window.
+// ProductMetrics computes the product metrics for o's window: from the
+// hourly rollups for the whole hours of the window that are rolled up, and
+// by folding the event log for the rest (metrics_rollup.go).
 func (s *Store) ProductMetrics(ctx context.Context, o MetricsOpts) (ProductMetrics, error) {
+	return s.productMetrics(ctx, o, true)
+}
+
+// productMetrics is ProductMetrics, with or without the rollups (the
+// equivalence tests compute both).
+func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool) (ProductMetrics, error) {
 	if err := o.Validate(); err != nil {
 		return ProductMetrics{}, err
 	}
 	from, to := NewUTCTime(o.From), NewUTCTime(o.To)
 	f := newMetricsFold(from.Time, to.Time)
-	if err := s.foldEvents(ctx, f, from, to); err != nil {
+	if rollups {
+		if err := s.foldWithRollups(ctx, f, from, to); err != nil {
+			return ProductMetrics{}, err
+		}
+	} else if err := s.foldEvents(ctx, f, from, to); err != nil {
 		return ProductMetrics{}, err
 	}
 	if err := s.foldRejections(ctx, f, from, to); err != nil {
@@ -643,6 +657,10 @@ type metricsFold struct {
 	from, to time.Time
 	overall  *metricAcc
 	queues   map[string]*metricAcc
+	// onActive, if set, hears about every session with delegation activity
+	// in the window once its history is folded (for the rollups' distinct
+	// session counts).
+	onActive func(sf *sessionFold)
 }
 
 func newMetricsFold(from, to time.Time) *metricsFold {
@@ -708,6 +726,9 @@ func (f *metricsFold) newSession(id string) *sessionFold {
 func (f *metricsFold) finish(sf *sessionFold) {
 	if sf == nil || !sf.active {
 		return
+	}
+	if f.onActive != nil {
+		f.onActive(sf)
 	}
 	f.overall.sessions++
 	if sf.reworked {

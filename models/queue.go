@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
@@ -241,7 +242,14 @@ type Lease struct {
 type LeaseInput struct {
 	Worker      string `json:"worker"`
 	WaitSeconds *int   `json:"wait_seconds"`
+	// Max, when set, asks for up to Max leases (1 to MaxLeaseBatch) in one
+	// claim; the answer is then a list (ClaimBatch).
+	Max *int `json:"max"`
 }
+
+// MaxLeaseBatch bounds LeaseInput.Max: a batch holds one lock per session
+// until it commits, and every packet is in the one response.
+const MaxLeaseBatch = 100
 
 // Validate lists every problem with the input.
 func (in LeaseInput) Validate(queue string) error {
@@ -256,6 +264,9 @@ func (in LeaseInput) Validate(queue string) error {
 	}
 	if in.WaitSeconds != nil && (*in.WaitSeconds < 0 || *in.WaitSeconds > MaxWaitSeconds) {
 		v.Add("wait_seconds", "must be between 0 and %d", MaxWaitSeconds)
+	}
+	if in.Max != nil && (*in.Max < 1 || *in.Max > MaxLeaseBatch) {
+		v.Add("max", "must be between 1 and %d", MaxLeaseBatch)
 	}
 	return v.Err()
 }
@@ -280,6 +291,10 @@ type claimedRow struct {
 	Attempt        int     `gorm:"column:claimed_attempt" db:"claimed_attempt"`
 	Instructions   string  `gorm:"column:claimed_instructions" db:"claimed_instructions"`
 	LeaseExpiresAt UTCTime `gorm:"column:claimed_lease_expires_at" db:"claimed_lease_expires_at"`
+	// LeaseToken is the claimed delegation's own token (batch claims only).
+	LeaseToken string `gorm:"column:claimed_lease_token" db:"claimed_lease_token"`
+	// RN is the delegation's place in a batch claim (1, 2, ...).
+	RN int64 `gorm:"column:claimed_rn" db:"claimed_rn"`
 	// Session is the claimed delegation's session row, which on PostgreSQL
 	// the claim statement locks and returns too.
 	Session
@@ -402,6 +417,163 @@ func (s *Store) claimNext(tx *Tx, args []any) (*claimedRow, func(*Tx) (Session, 
 	return c, func(*Tx) (Session, error) { return c.Session, nil }, nil
 }
 
+// claimBatchSQL claims up to n delegations of a queue in one statement on
+// PostgreSQL: the same SKIP LOCKED pick as claimSQL with LIMIT n, each
+// delegation given its own lease token from an array (numbered in claim
+// order), and every claimed delegation's session locked and returned, in
+// claim order.
+const claimBatchSQL = `WITH next AS (
+	SELECT id, priority, available_at FROM delegations
+	WHERE queue = ? AND status = 'queued' AND available_at <= ?::timestamptz
+	ORDER BY priority, available_at, id
+	LIMIT ?
+	FOR UPDATE SKIP LOCKED
+), numbered AS (
+	SELECT id, row_number() OVER (ORDER BY priority, available_at, id) AS rn FROM next
+), c AS (
+	UPDATE delegations AS d
+	SET status = 'leased', lease_token = (?::text[])[numbered.rn], leased_by = ?, updated_at = ?::timestamptz,
+	    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
+	FROM numbered WHERE d.id = numbered.id
+	RETURNING numbered.rn AS claimed_rn, d.id AS claimed_id, d.session_id AS claimed_session_id, d.step AS claimed_step,
+	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
+	    d.lease_expires_at AS claimed_lease_expires_at, d.lease_token AS claimed_lease_token
+)
+SELECT c.*, s.* FROM c JOIN sessions s ON s.id = c.claimed_session_id ORDER BY c.claimed_rn FOR UPDATE OF s`
+
+// ClaimBatch leases up to max (1 to MaxLeaseBatch) available delegations
+// of queue to worker in one transaction, or returns none when there is no
+// work right now. On PostgreSQL one statement picks, leases and locks them
+// all (claimBatchSQL); on SQLite, whose single writer makes the claims
+// serial anyway, the one-delegation claim runs up to max times in the
+// transaction. Every lease is a lease of its own, exactly as Claim makes
+// it: its own token, its own delegation.leased event in its session's
+// chain, its own expiry. Two batches never share a delegation (SKIP LOCKED
+// on PostgreSQL, the single writer on SQLite), and a session has at most
+// one open delegation, so never a session either.
+func (s *Store) ClaimBatch(ctx context.Context, queue, worker, actor, idemKey string, max int) ([]Lease, error) {
+	if max < 1 || max > MaxLeaseBatch {
+		return nil, &ValidationError{Fields: []FieldError{{Field: "max", Message: fmt.Sprintf("must be between 1 and %d", MaxLeaseBatch)}}}
+	}
+	fp, err := fingerprintFor(idemKey, "lease", queue, worker, max)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		leased []committed // for the Observer
+		leases []Lease
+	)
+	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *Tx) (Outcome, error) {
+		leased, leases = nil, nil
+		now := NewUTCTime(s.now())
+		var claimed []*claimedRow
+		if s.Dialect == Postgres {
+			tokens := make([]string, max)
+			for i := range tokens {
+				tokens[i] = newLeaseToken()
+			}
+			// An array literal, as one text argument (a Go slice would be
+			// expanded into a list); tokens are base64url, nothing to quote.
+			arr := "{" + strings.Join(tokens, ",") + "}"
+			rows, err := selectTx[claimedRow](tx, claimBatchSQL, queue, now, max, arr, worker, now, now)
+			if err != nil {
+				return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
+			}
+			for i := range rows {
+				claimed = append(claimed, &rows[i])
+			}
+		} else {
+			for range max {
+				token := newLeaseToken()
+				c, _, err := s.claimNext(tx, []any{token, worker, now, now.String(), queue, now})
+				if err != nil {
+					return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
+				}
+				if c == nil {
+					break
+				}
+				c.LeaseToken = token
+				claimed = append(claimed, c)
+			}
+		}
+		if len(claimed) == 0 {
+			return Outcome{}, errNoWork
+		}
+		var last Outcome
+		for _, c := range claimed {
+			var lock func(*Tx) (Session, error)
+			if s.Dialect == Postgres {
+				lock = func(*Tx) (Session, error) { return c.Session, nil }
+			}
+			o, _, err := s.ExecuteTx(tx, Command{
+				SessionID: c.SessionID, Type: EventDelegationLeased, Actor: actor, lock: lock,
+				Payload: LeasePayload{DelegationID: c.ID, Attempt: c.Attempt, Worker: worker},
+				Effect: func(tx *Tx, next State, ev Event) (any, error) {
+					leased = append(leased, committed{ev: ev, status: next.Status})
+					l := Lease{
+						DelegationID: c.ID, SessionID: c.SessionID, Step: c.Step, Attempt: c.Attempt,
+						LeaseToken: c.LeaseToken, LeaseExpiresAt: c.LeaseExpiresAt.Time,
+						Packet: BuildPacket(next, c.Instructions),
+					}
+					leases = append(leases, l)
+					return nil, nil
+				},
+			})
+			if err != nil {
+				return Outcome{}, err
+			}
+			last = o
+		}
+		// The idempotent outcome is the list; SessionID and the version
+		// are the last lease's, which nothing reads for a batch.
+		b, err := json.Marshal(leases)
+		if err != nil {
+			return Outcome{}, err
+		}
+		last.Data = b
+		return last, nil
+	})
+	if errors.Is(err, errNoWork) {
+		return nil, nil
+	}
+	switch {
+	case err != nil:
+		s.rejected(ctx, EventDelegationLeased, err, queue)
+	case out.Replayed:
+		s.rejected(ctx, EventDelegationLeased, errReplayed, queue)
+	case s.Observer != nil:
+		for _, c := range leased {
+			s.Observer.Committed(c.ev, c.status, queue)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !out.Replayed {
+		for _, l := range leases {
+			s.timerSet(l.LeaseExpiresAt)
+		}
+		return leases, nil
+	}
+	var ls []Lease
+	if err := decodeJSON(out.Data, &ls); err != nil {
+		return nil, fmt.Errorf("claim from queue %s: decode leases: %w", queue, err)
+	}
+	return ls, nil
+}
+
+// ClaimBatchWait is ClaimBatch as a long poll, as ClaimWait is Claim's: it
+// answers as soon as at least one lease is granted.
+func (s *Store) ClaimBatchWait(ctx context.Context, queue, worker, actor, idemKey string, max int, wait time.Duration) ([]Lease, error) {
+	var leases []Lease
+	_, err := s.claimWait(ctx, queue, worker, wait, func() (bool, error) {
+		var err error
+		leases, err = s.ClaimBatch(ctx, queue, worker, actor, idemKey, max)
+		return len(leases) > 0, err
+	})
+	return leases, err
+}
+
 // DefaultLeaseRecheck is how often a waiting lease long poll looks at its
 // queue again without being woken: for retries whose backoff ends and leases
 // the rescuer frees, which announce nothing. New work wakes polls at once.
@@ -412,6 +584,17 @@ const DefaultLeaseRecheck = time.Second
 // s.LeaseRecheck, for retries whose backoff ends and leases the rescuer
 // frees).
 func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey string, wait time.Duration) (*Lease, error) {
+	var lease *Lease
+	_, err := s.claimWait(ctx, queue, worker, wait, func() (bool, error) {
+		var err error
+		lease, err = s.Claim(ctx, queue, worker, actor, idemKey)
+		return lease != nil, err
+	})
+	return lease, err
+}
+
+// claimWait runs claim until it grants something, fails, or wait is over.
+func (s *Store) claimWait(ctx context.Context, queue, worker string, wait time.Duration, claim func() (bool, error)) (bool, error) {
 	deadline := time.Now().Add(wait)
 	recheck := s.LeaseRecheck
 	if recheck <= 0 {
@@ -422,13 +605,13 @@ func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey str
 	ch, unsubscribe := s.Wake.Subscribe(queue)
 	defer unsubscribe()
 	for {
-		l, err := s.Claim(ctx, queue, worker, actor, idemKey)
-		if err != nil || l != nil {
-			return l, err
+		got, err := claim()
+		if err != nil || got {
+			return got, err
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, nil
+			return false, nil
 		}
 		t := time.NewTimer(min(left, recheck))
 		unpark := s.Wake.park(queue)
@@ -441,7 +624,7 @@ func (s *Store) ClaimWait(ctx context.Context, queue, worker, actor, idemKey str
 		case <-ctx.Done():
 			t.Stop()
 			unpark(false)
-			return nil, ctx.Err()
+			return false, ctx.Err()
 		case <-ch:
 			t.Stop()
 			woken = true

@@ -3,6 +3,9 @@ package models
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sort"
+	"sync"
 	"time"
 )
 
@@ -62,12 +65,25 @@ type VerifyOpts struct {
 	// log (VerifyCheckpoints); not with SessionIDs, since a checkpoint is
 	// about the log as a whole.
 	Checkpoints *CheckpointVerifyOpts
+	// Workers is how many sessions are checked at once; 0 means
+	// GOMAXPROCS.
+	Workers int
 }
 
-const verifyBatch = 200
+// verifyBatch is how many sessions one listing query reads; their events
+// come in one range query (session_id, seq order, the primary key).
+const verifyBatch = 1000
 
 // Verify replays every session with Apply, compares the result with the
 // stored projection, and recomputes every hash chain.
+//
+// How: one goroutine reads the sessions in keyset batches and, for each
+// batch, streams the batch's events in (session_id, seq) order (pgx on
+// PostgreSQL), cutting the stream into one job per session; Workers
+// goroutines (GOMAXPROCS by default) check the jobs (hashes, chain, Apply,
+// projection), which is where the CPU goes. Only the sessions of about one
+// batch are in memory at once. The problems are the same as a sequential
+// run's and in the same order (by session id, then seq).
 func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) {
 	start := time.Now()
 	var rep VerifyReport
@@ -77,36 +93,59 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 	} else if err := s.DB.WithContext(ctx).Model(&Session{}).Count(&total).Error; err != nil {
 		return rep, fmt.Errorf("verify: count sessions: %w", err)
 	}
-	after := ""
-	for {
-		var rows []Session
-		// A left join: a session whose state row is missing is a
-		// projection problem to report, not a session to skip.
-		q := s.DB.WithContext(ctx).Table("sessions s").Select("s.*, coalesce(st.state, '') AS state").
-			Joins("LEFT JOIN session_states st ON st.session_id = s.id").Order("s.id").Limit(verifyBatch)
-		if len(o.SessionIDs) > 0 {
-			q = q.Where("s.id IN ?", o.SessionIDs)
-		}
-		if err := q.Where("s.id > ?", after).Scan(&rows).Error; err != nil {
-			return rep, fmt.Errorf("verify: list sessions: %w", err)
-		}
-		if len(rows) == 0 {
-			break
-		}
-		for _, row := range rows {
-			n, probs, err := s.verifySession(ctx, row)
-			if err != nil {
-				return rep, err
+	workers := o.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan verifyJob, 4*workers)
+	results := make(chan verifyResult, 4*workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				n, probs, err := checkSession(j.row, j.events)
+				results <- verifyResult{n: n, probs: probs, err: err}
 			}
-			rep.Sessions++
-			rep.Events += n
-			rep.Problems = append(rep.Problems, probs...)
+		}()
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(jobs)
+		readErr <- s.streamVerifyJobs(ctx, o.SessionIDs, workers, jobs)
+	}()
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
+	var firstErr error
+	for r := range results {
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
+			cancel() // stop the reader; the workers drain what is queued
 		}
-		after = rows[len(rows)-1].ID
-		if o.Progress != nil {
+		rep.Sessions++
+		rep.Events += r.n
+		rep.Problems = append(rep.Problems, r.probs...)
+		if o.Progress != nil && (rep.Sessions%verifyProgressEvery == 0 || rep.Sessions == total) {
 			o.Progress(rep.Sessions, total)
 		}
 	}
+	if err := <-readErr; err != nil && firstErr == nil {
+		firstErr = err
+	}
+	if firstErr != nil {
+		return rep, firstErr
+	}
+	if o.Progress != nil && rep.Sessions != total {
+		o.Progress(rep.Sessions, total)
+	}
+	// Workers finish in any order; a session's problems are in seq order
+	// already, so a stable sort by session gives the sequential order.
+	sort.SliceStable(rep.Problems, func(i, j int) bool { return rep.Problems[i].SessionID < rep.Problems[j].SessionID })
 	if o.Checkpoints != nil && len(o.SessionIDs) == 0 {
 		sum, probs, err := s.VerifyCheckpoints(ctx, *o.Checkpoints)
 		if err != nil {
@@ -119,8 +158,190 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 	return rep, nil
 }
 
-// verifySession checks one session, reading its events in pages.
-func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Problem, error) {
+// verifyProgressEvery is how many sessions pass between two Progress calls.
+const verifyProgressEvery = 64
+
+type verifyJob struct {
+	row    Session
+	events []Event
+}
+
+type verifyResult struct {
+	n     int64
+	probs []Problem
+	err   error
+}
+
+// streamVerifyJobs lists the sessions (all, or ids) in batches and has
+// readers (one per worker, at most verifyReaders) read the batches' events
+// in parallel, each on its own connection, sending one job per session with
+// its events: one reader could not keep several workers busy.
+func (s *Store) streamVerifyJobs(ctx context.Context, ids []string, workers int, jobs chan<- verifyJob) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan []Session, 2)
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		readErr error
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { readErr = err; cancel() })
+	}
+	for range min(workers, verifyReaders) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rows := range batches {
+				if err := s.sendBatchJobs(ctx, rows, ids, jobs); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
+	after := ""
+	for {
+		var rows []Session
+		// A left join: a session whose state row is missing is a
+		// projection problem to report, not a session to skip.
+		q := s.DB.WithContext(ctx).Table("sessions s").Select("s.*, coalesce(st.state, '') AS state").
+			Joins("LEFT JOIN session_states st ON st.session_id = s.id").Order("s.id").Limit(verifyBatch)
+		if len(ids) > 0 {
+			q = q.Where("s.id IN ?", ids)
+		}
+		if err := q.Where("s.id > ?", after).Scan(&rows).Error; err != nil {
+			fail(fmt.Errorf("verify: list sessions: %w", err))
+			break
+		}
+		if len(rows) == 0 {
+			break
+		}
+		select {
+		case batches <- rows:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		after = rows[len(rows)-1].ID
+	}
+	close(batches)
+	wg.Wait()
+	if readErr == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return readErr
+}
+
+// verifyReaders bounds the connections Verify reads events on at once.
+const verifyReaders = 4
+
+// sendBatchJobs reads the events of one batch of sessions and sends a job
+// per session.
+func (s *Store) sendBatchJobs(ctx context.Context, rows []Session, ids []string, jobs chan<- verifyJob) error {
+	i := 0 // rows[i] is the next session to send
+	var evs []Event
+	// send sends every session up to and including upTo: upTo with
+	// the events gathered, those before it (no events) with none.
+	send := func(upTo string) error {
+		for i < len(rows) && rows[i].ID <= upTo {
+			var mine []Event
+			if rows[i].ID == upTo {
+				mine = evs
+			}
+			select {
+			case jobs <- verifyJob{row: rows[i], events: mine}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			i++
+		}
+		return nil
+	}
+	cur := ""
+	err := s.scanBatchEvents(ctx, rows[0].ID, rows[len(rows)-1].ID, ids, func(e Event) error {
+		if e.SessionID != cur {
+			if cur != "" {
+				if err := send(cur); err != nil {
+					return err
+				}
+			}
+			cur, evs = e.SessionID, nil
+		}
+		evs = append(evs, e)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if cur != "" {
+		if err := send(cur); err != nil {
+			return err
+		}
+	}
+	evs = nil
+	return send(rows[len(rows)-1].ID)
+}
+
+// verifyEventCols are the columns of Event, in scan order.
+const verifyEventCols = `id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at`
+
+// scanBatchEvents calls fn with the events of the sessions in [first, last]
+// (only ids, when given) in (session_id, seq) order: one range scan of the
+// events' primary key.
+func (s *Store) scanBatchEvents(ctx context.Context, first, last string, ids []string, fn func(Event) error) error {
+	type scanner interface {
+		Next() bool
+		Scan(dest ...any) error
+		Err() error
+	}
+	var rows scanner
+	if s.pool != nil {
+		// pgx directly (binary protocol, no database/sql conversions per
+		// value): the reader is the one sequential part of Verify.
+		sql := `SELECT ` + verifyEventCols + ` FROM events WHERE session_id >= $1 AND session_id <= $2 ORDER BY session_id, seq`
+		args := []any{first, last}
+		if len(ids) > 0 {
+			sql = `SELECT ` + verifyEventCols + ` FROM events WHERE session_id >= $1 AND session_id <= $2 AND session_id = ANY($3) ORDER BY session_id, seq`
+			args = append(args, ids)
+		}
+		r, err := s.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return fmt.Errorf("verify: read events: %w", err)
+		}
+		defer r.Close()
+		rows = r
+	} else {
+		q := s.DB.WithContext(ctx).Table("events").Select(verifyEventCols).Where("session_id >= ? AND session_id <= ?", first, last)
+		if len(ids) > 0 {
+			q = q.Where("session_id IN ?", ids)
+		}
+		r, err := q.Order("session_id, seq").Rows()
+		if err != nil {
+			return fmt.Errorf("verify: read events: %w", err)
+		}
+		defer r.Close()
+		rows = r
+	}
+	for rows.Next() {
+		var e Event
+		if err := rows.Scan(&e.ID, &e.SessionID, &e.Seq, &e.Type, &e.Actor, &e.VersionBefore, &e.VersionAfter,
+			&e.Payload, &e.IdempotencyKey, &e.PrevHash, &e.Hash, &e.CreatedAt); err != nil {
+			return fmt.Errorf("verify: scan event: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("verify: read events: %w", err)
+	}
+	return nil
+}
+
+// checkSession checks one session against its events (in seq order).
+func checkSession(row Session, evs []Event) (int64, []Problem, error) {
 	var (
 		probs    []Problem
 		st       State
@@ -133,41 +354,32 @@ func (s *Store) verifySession(ctx context.Context, row Session) (int64, []Proble
 	add := func(seq int64, kind, format string, args ...any) {
 		probs = append(probs, Problem{SessionID: row.ID, Seq: seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
-	for {
-		evs, err := s.ListEvents(ctx, row.ID, lastSeq, 1000)
-		if err != nil {
-			return count, nil, err
+	for _, e := range evs {
+		count++
+		// Seq always runs on; the version moves by the event type's rule
+		// (invariant 10), which replay checks below.
+		if e.Seq != lastSeq+1 || e.VersionBefore != lastVer {
+			add(e.Seq, ProblemSeq, "expected seq %d from version %d, found seq %d with versions %d→%d",
+				lastSeq+1, lastVer, e.Seq, e.VersionBefore, e.VersionAfter)
 		}
-		if len(evs) == 0 {
-			break
+		if got := ComputeHash(e); got != e.Hash {
+			add(e.Seq, ProblemHash, "stored hash %.12s…, content hashes to %.12s…", e.Hash, got)
 		}
-		for _, e := range evs {
-			count++
-			// Seq always runs on; the version moves by the event type's rule
-			// (invariant 10), which replay checks below.
-			if e.Seq != lastSeq+1 || e.VersionBefore != lastVer {
-				add(e.Seq, ProblemSeq, "expected seq %d from version %d, found seq %d with versions %d→%d",
-					lastSeq+1, lastVer, e.Seq, e.VersionBefore, e.VersionAfter)
-			}
-			if got := ComputeHash(e); got != e.Hash {
-				add(e.Seq, ProblemHash, "stored hash %.12s…, content hashes to %.12s…", e.Hash, got)
-			}
-			if e.PrevHash != prevHash {
-				add(e.Seq, ProblemChain, "prev_hash %.12s… does not match the previous event's hash %.12s…", e.PrevHash, prevHash)
-			}
-			if replayOK {
-				next, err := Apply(st, e)
-				if err != nil {
-					add(e.Seq, ProblemReplay, "%v", err)
-					replayOK = false
-				} else {
-					st = next
-				}
-			}
-			prevHash = e.Hash
-			lastSeq = e.Seq
-			lastVer = e.VersionAfter
+		if e.PrevHash != prevHash {
+			add(e.Seq, ProblemChain, "prev_hash %.12s… does not match the previous event's hash %.12s…", e.PrevHash, prevHash)
 		}
+		if replayOK {
+			next, err := Apply(st, e)
+			if err != nil {
+				add(e.Seq, ProblemReplay, "%v", err)
+				replayOK = false
+			} else {
+				st = next
+			}
+		}
+		prevHash = e.Hash
+		lastSeq = e.Seq
+		lastVer = e.VersionAfter
 	}
 	if !replayOK {
 		return count, probs, nil

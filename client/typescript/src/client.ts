@@ -32,6 +32,7 @@ export type NoteRequest = S["NoteRequest"];
 export type ChildrenRequest = S["ChildrenRequest"];
 export type ChildrenWritten = S["ChildrenWritten"];
 export type Lease = S["Lease"];
+export type LeaseBatch = S["LeaseBatch"];
 export type Heartbeat = S["Heartbeat"];
 export type ResultRequest = S["ResultRequest"];
 export type Packet = S["Packet"];
@@ -318,6 +319,18 @@ export class Client {
   async lease(queue: string, body: { worker: string; wait_seconds?: number }, opts?: CallOptions): Promise<Lease | null> {
     const got = await unwrap("POST", this.api.POST("/queues/{queue}/lease", { params: { path: { queue } }, body, ...this.write(opts, body.wait_seconds ?? 0) }));
     return got ?? null;
+  }
+
+  /**
+   * Lease up to `max` (1-100) delegations of `queue` in one claim; long-polls up to
+   * `wait_seconds` for the first. Each is a lease of its own (token, expiry, heartbeat,
+   * result). An empty list when none came.
+   */
+  async leaseBatch(queue: string, body: { worker: string; wait_seconds?: number; max: number }, opts?: CallOptions): Promise<Lease[]> {
+    const got = await this.request<LeaseBatch | undefined>({
+      method: "POST", path: `/queues/${seg(queue)}/lease`, body, idempotent: true, opts, waitSeconds: body.wait_seconds ?? 0,
+    });
+    return got?.leases ?? [];
   }
 
   /** Renew a lease; ConflictError when it is no longer held. */

@@ -342,7 +342,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Lease the next delegation of a queue (long poll)
+         * Lease the next delegation of a queue, or up to max of them (long poll)
          * @description Roles: worker (admin may call every operation).
          */
         post: operations["leaseWork"];
@@ -928,6 +928,8 @@ export interface components {
             worker: string;
             /** @default 0 */
             wait_seconds?: number;
+            /** @description Ask for up to this many leases in one claim (one statement on PostgreSQL). With max the 200 answer is a LeaseBatch ({"leases": [...]}, at least one, at most max); without it, a single Lease as before. Each lease is a lease of its own: its own token, expiry, event and fencing. */
+            max?: number;
         };
         Lease: {
             queue?: string;
@@ -1455,6 +1457,10 @@ export interface components {
             skipped: components["schemas"]["BulkSkip"][];
             /** @description Sessions selected: the ids without repeats, or the filter's matches. */
             matched: number;
+        };
+        /** @description The leases granted by a lease request with max: at least one, in claim order (priority, then availability). */
+        LeaseBatch: {
+            leases: components["schemas"]["Lease"][];
         };
     };
     responses: {
@@ -2871,78 +2877,17 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "worker": "w-1",
-                 *       "wait_seconds": 1
-                 *     }
-                 */
                 "application/json": components["schemas"]["LeaseRequest"];
             };
         };
         responses: {
-            /** @description A lease on a delegation, with its context packet. */
+            /** @description A lease on a delegation, with its context packet; with max, a list of such leases. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "queue": "refunds",
-                     *       "delegation_id": "dlg_01M8PY7QNBPE3GMMVWJ0GGQDRN",
-                     *       "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
-                     *       "step": "check-eligibility",
-                     *       "attempt": 1,
-                     *       "lease_token": "lt_yHPdNLeruyvU0SfiXo-3RQzE",
-                     *       "lease_expires_at": "2026-11-30T19:17:48.13785Z",
-                     *       "packet": {
-                     *         "goal": "Refund order 1182 if eligible",
-                     *         "constraints": [
-                     *           "refunds over 200 EUR need a human"
-                     *         ],
-                     *         "resources": [
-                     *           {
-                     *             "name": "orders-db",
-                     *             "uri": "db://orders"
-                     *           }
-                     *         ],
-                     *         "done_criteria": [
-                     *           "refund issued or denial explained"
-                     *         ],
-                     *         "prefix_hash": "8fd1ad15140cbd1c4106609f81e27b1d9d90efe2a1cdf29477baba977b484359",
-                     *         "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
-                     *         "based_on_version": 4,
-                     *         "step": "check-eligibility",
-                     *         "instructions": "",
-                     *         "run_reason": {
-                     *           "kind": "first_run",
-                     *           "attempt": 1,
-                     *           "at_version": 3
-                     *         },
-                     *         "confirmed_facts": {
-                     *           "order_total": "240 EUR"
-                     *         },
-                     *         "open_questions": [],
-                     *         "notes": [
-                     *           {
-                     *             "by": "token:controller",
-                     *             "text": "Customer is a VIP: refund without the usual photo proof.",
-                     *             "at_version": 2
-                     *           }
-                     *         ],
-                     *         "previous_outputs": [],
-                     *         "completed_steps": [],
-                     *         "risks": [],
-                     *         "budget": {
-                     *           "max_bytes": 32768,
-                     *           "bytes": 744,
-                     *           "trimmed": []
-                     *         }
-                     *       }
-                     *     }
-                     */
-                    "application/json": components["schemas"]["Lease"];
+                    "application/json": components["schemas"]["Lease"] | components["schemas"]["LeaseBatch"];
                 };
             };
             /** @description Nothing became available within wait_seconds. */

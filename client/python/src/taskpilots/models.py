@@ -45,6 +45,7 @@ __all__ = [
     'InputRequest',
     'Join',
     'Lease',
+    'LeaseBatch',
     'LeaseRequest',
     'MetricSet',
     'NoteRequest',
@@ -325,9 +326,15 @@ Lease = TypedDict('Lease', {
     'packet': 'Packet',
 })
 
+LeaseBatch = TypedDict('LeaseBatch', {
+    'leases': List['Lease'],
+})
+LeaseBatch.__doc__ = 'The leases granted by a lease request with max: at least one, in claim order (priority, then availability).'
+
 LeaseRequest = TypedDict('LeaseRequest', {
     'worker': str,
     'wait_seconds': NotRequired[int],
+    'max': NotRequired[int],
 })
 
 MetricSet = TypedDict('MetricSet', {

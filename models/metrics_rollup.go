@@ -1,0 +1,496 @@
+package models
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Metric rollups: the product metrics of every closed hour, per queue, so
+// that a request does not fold a month of events.
+//
+// Why whole-hour rollups of the request's own fold: every figure of the
+// fold is counted at the event that causes it (f.in(at) gates every
+// increment), and what a session's history leads up to (its open
+// delegation, an outage under way) does not depend on the window. So the
+// counters of a window are the sums of the counters of its hours (maxima
+// the maximum), exactly, and an hour's counters are what the fold computes
+// for that hour. RollupMetrics, run by the maintenance loop, folds each
+// closed hour once and stores its counters per queue (metric_rollups; '*'
+// is the whole system) and the sessions it saw active, reworked or retried
+// per queue (metric_session_hours: the rework and infrastructure rates
+// count sessions, which do not add up across hours, so a window counts
+// distinct sessions over these rows).
+//
+// A request for [from, to) reads the rollups of the whole hours inside it
+// that are rolled up, and folds the event log only for the partial hours
+// at its two ends (and for any hour not rolled up yet); the sessions active
+// at the ends are counted once, checked against the whole hours' rows. The
+// cost of a request is therefore a few aggregates over per-hour rows plus
+// the fold of at most two hours of activity, whatever the window.
+//
+// An hour is rolled up once it ended metricRollupGrace ago: a write is
+// stamped with its time before it commits, and the grace is how long a
+// write transaction may take to commit and still be counted in its hour.
+// (The write path's transactions last milliseconds; one that stays open
+// longer than the grace would be left out of its hour's rollup.)
+
+// metricRollupGrace is how long after an hour ends it is rolled up.
+const metricRollupGrace = 5 * time.Minute
+
+// overallQueue is the queue name under which the rollups keep the whole
+// system's figures; no queue can be called that (namePattern).
+const overallQueue = "*"
+
+// metricRollupLockKey serialises RollupMetrics passes of several processes.
+var metricRollupLockKey = lockKey("metric_rollups")
+
+type metricRollupRow struct {
+	Bucket UTCTime
+	Queue  string
+	Name   string
+	Value  int64
+}
+
+func (metricRollupRow) TableName() string { return "metric_rollups" }
+
+type metricSessionHour struct {
+	Bucket    UTCTime
+	Queue     string
+	SessionID string
+	Reworked  bool
+	Infra     bool
+}
+
+func (metricSessionHour) TableName() string { return "metric_session_hours" }
+
+// counters calls fn with every additive counter (and maximum, names ending
+// in _max) of a, skipping zeros; the distinct session counts are not among
+// them.
+func (a *metricAcc) counters(fn func(name string, v int64)) {
+	emit := func(name string, v int64) {
+		if v != 0 {
+			fn(name, v)
+		}
+	}
+	emit("ended", a.ended)
+	emit("succeeded", a.succeeded)
+	emit("redelegations", a.redelegations)
+	emit("expiries", a.expiries)
+	emit("transient", a.transient)
+	emit("machine_n", a.machine.n)
+	emit("machine_sum", int64(a.machine.sum))
+	emit("machine_max", int64(a.machine.max))
+	emit("human_n", a.human.n)
+	emit("human_sum", int64(a.human.sum))
+	emit("human_max", int64(a.human.max))
+	emit("escalations", a.escalations)
+	emit("reviews", a.reviews)
+	emit("score_sum", a.scoreSum)
+	emit("score_n", a.scoreN)
+	emit("decisions", a.decisions)
+	emit("decision_sum", int64(a.decisionSum))
+	emit("committed", a.committed)
+	emit("applied", a.applied)
+	emit("usage_results", a.usageResults)
+	emit("input_tokens", a.inputTokens)
+	emit("cached", a.cached)
+	for c, n := range a.byReason {
+		emit("reason:"+string(c), n)
+	}
+	for c, v := range a.criteria {
+		emit("crit_sum:"+c, v[0])
+		emit("crit_n:"+c, v[1])
+	}
+}
+
+// addCounter adds one counter (as counters names it) to a; a maximum is
+// raised instead.
+func (a *metricAcc) addCounter(name string, v int64) {
+	switch name {
+	case "ended":
+		a.ended += v
+	case "succeeded":
+		a.succeeded += v
+	case "redelegations":
+		a.redelegations += v
+	case "expiries":
+		a.expiries += v
+	case "transient":
+		a.transient += v
+	case "machine_n":
+		a.machine.n += v
+	case "machine_sum":
+		a.machine.sum += time.Duration(v)
+	case "machine_max":
+		a.machine.max = max(a.machine.max, time.Duration(v))
+	case "human_n":
+		a.human.n += v
+	case "human_sum":
+		a.human.sum += time.Duration(v)
+	case "human_max":
+		a.human.max = max(a.human.max, time.Duration(v))
+	case "escalations":
+		a.escalations += v
+	case "reviews":
+		a.reviews += v
+	case "score_sum":
+		a.scoreSum += v
+	case "score_n":
+		a.scoreN += v
+	case "decisions":
+		a.decisions += v
+	case "decision_sum":
+		a.decisionSum += time.Duration(v)
+	case "committed":
+		a.committed += v
+	case "applied":
+		a.applied += v
+	case "usage_results":
+		a.usageResults += v
+	case "input_tokens":
+		a.inputTokens += v
+	case "cached":
+		a.cached += v
+	default:
+		kind, key, _ := strings.Cut(name, ":")
+		switch kind {
+		case "reason":
+			if a.byReason == nil {
+				a.byReason = map[ReasonCode]int64{}
+			}
+			a.byReason[ReasonCode(key)] += v
+		case "crit_sum", "crit_n":
+			if a.criteria == nil {
+				a.criteria = map[string]*[2]int64{}
+			}
+			cs := a.criteria[key]
+			if cs == nil {
+				cs = &[2]int64{}
+				a.criteria[key] = cs
+			}
+			if kind == "crit_sum" {
+				cs[0] += v
+			} else {
+				cs[1] += v
+			}
+		}
+	}
+}
+
+// accOf returns the accumulator of a rollup queue name ('*' is overall).
+func (f *metricsFold) accOf(queue string) *metricAcc {
+	if queue == overallQueue {
+		return f.overall
+	}
+	return f.queue(queue)
+}
+
+// mergeCounters adds g's counters (not its session counts) into f.
+func (f *metricsFold) mergeCounters(g *metricsFold) {
+	g.overall.counters(f.overall.addCounter)
+	for q, a := range g.queues {
+		dst := f.queue(q)
+		a.counters(dst.addCounter)
+	}
+}
+
+// Session activity flags, per queue, of a session in a span of time.
+const (
+	activeFlag   = 1
+	reworkedFlag = 2
+	infraFlag    = 4
+)
+
+// sessionFlags is what a fold saw of one session: flags per queue ('*' for
+// the whole system).
+func sessionFlags(sf *sessionFold) map[string]uint8 {
+	m := map[string]uint8{}
+	for q := range sf.activeQueues {
+		fl := uint8(activeFlag)
+		if sf.reworkQueues[q] {
+			fl |= reworkedFlag
+		}
+		if sf.infraQueues[q] {
+			fl |= infraFlag
+		}
+		m[q] = fl
+	}
+	fl := uint8(activeFlag)
+	if sf.reworked {
+		fl |= reworkedFlag
+	}
+	if sf.infra {
+		fl |= infraFlag
+	}
+	m[overallQueue] = fl
+	return m
+}
+
+func floorHour(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
+
+func ceilHour(t time.Time) time.Time {
+	f := floorHour(t)
+	if f.Equal(t) {
+		return f
+	}
+	return f.Add(time.Hour)
+}
+
+// rolledThrough returns the end of the hours rolled up (false before the
+// first pass).
+func rolledThrough(db *gorm.DB) (time.Time, bool, error) {
+	var rows []struct{ RolledThrough UTCTime }
+	if err := db.Raw(`SELECT rolled_through FROM metric_rollup_state WHERE id = 1`).Scan(&rows).Error; err != nil {
+		return time.Time{}, false, fmt.Errorf("metric rollups: read state: %w", err)
+	}
+	if len(rows) == 0 {
+		return time.Time{}, false, nil
+	}
+	return rows[0].RolledThrough.Time, true, nil
+}
+
+// RollupMetrics rolls up every closed hour not rolled up yet (from the
+// first event on the first run: the backfill), one hour per transaction, and
+// returns how many it rolled up. Several processes may run it: the passes
+// take turns (an advisory lock on PostgreSQL, the single writer on SQLite),
+// and an hour is written once.
+func (s *Store) RollupMetrics(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		done, err := s.rollupNextHour(ctx)
+		if err != nil || !done {
+			return n, err
+		}
+		n++
+	}
+}
+
+// rollupNextHour rolls up the next hour due, if any.
+func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
+	db := s.DB.WithContext(ctx)
+	w, ok, err := rolledThrough(db)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		var first []struct{ At *UTCTime }
+		if err := db.Raw(`SELECT MIN(created_at) AS at FROM events`).Scan(&first).Error; err != nil {
+			return false, fmt.Errorf("metric rollups: first event: %w", err)
+		}
+		if len(first) == 0 || first[0].At == nil || first[0].At.IsZero() {
+			return false, nil
+		}
+		w = floorHour(first[0].At.Time)
+	}
+	settled := floorHour(s.now().Add(-metricRollupGrace))
+	if !w.Before(settled) {
+		return false, nil
+	}
+	hour := w
+	from, to := NewUTCTime(hour), NewUTCTime(hour.Add(time.Hour))
+	f := newMetricsFold(from.Time, to.Time)
+	var sessions []metricSessionHour
+	f.onActive = func(sf *sessionFold) {
+		for q, fl := range sessionFlags(sf) {
+			sessions = append(sessions, metricSessionHour{Bucket: from, Queue: q, SessionID: sf.id,
+				Reworked: fl&reworkedFlag != 0, Infra: fl&infraFlag != 0})
+		}
+	}
+	if err := s.foldEvents(ctx, f, from, to); err != nil {
+		return false, err
+	}
+	var counters []metricRollupRow
+	for q, a := range f.queues {
+		a.counters(func(name string, v int64) {
+			counters = append(counters, metricRollupRow{Bucket: from, Queue: q, Name: name, Value: v})
+		})
+	}
+	f.overall.counters(func(name string, v int64) {
+		counters = append(counters, metricRollupRow{Bucket: from, Queue: overallQueue, Name: name, Value: v})
+	})
+	err = s.Transact(ctx, func(tx *gorm.DB) error {
+		if s.Dialect == Postgres {
+			if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, metricRollupLockKey).Error; err != nil {
+				return err
+			}
+		}
+		cur, ok, err := rolledThrough(tx)
+		if err != nil {
+			return err
+		}
+		if ok && !cur.Equal(hour) {
+			return errRolledByOther
+		}
+		if err := tx.Where("bucket = ?", from).Delete(&metricRollupRow{}).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("bucket = ?", from).Delete(&metricSessionHour{}).Error; err != nil {
+			return err
+		}
+		if len(counters) > 0 {
+			if err := tx.CreateInBatches(counters, 1000).Error; err != nil {
+				return err
+			}
+		}
+		if len(sessions) > 0 {
+			if err := tx.CreateInBatches(sessions, 1000).Error; err != nil {
+				return err
+			}
+		}
+		if ok {
+			return tx.Exec(`UPDATE metric_rollup_state SET rolled_through = ? WHERE id = 1`, to).Error
+		}
+		return tx.Exec(`INSERT INTO metric_rollup_state (id, rolled_through) VALUES (1, ?)`, to).Error
+	})
+	if errors.Is(err, errRolledByOther) {
+		return true, nil // another process moved on; look again
+	}
+	if err != nil {
+		return false, fmt.Errorf("metric rollups: hour %s: %w", from, err)
+	}
+	return true, nil
+}
+
+// The request's reads of the rollups (TestMetricsRollupPlansAtScale
+// EXPLAINs them): the whole hours' counters, their distinct sessions, and
+// which of the sessions at the window's ends they counted.
+const (
+	rollupSumsSQL = `SELECT queue, name, CAST(SUM(value) AS bigint) AS total, MAX(value) AS top FROM metric_rollups
+WHERE bucket >= ? AND bucket < ? GROUP BY queue, name`
+	rollupSessionsSQL = `SELECT queue, COUNT(DISTINCT session_id) AS sessions,
+	COUNT(DISTINCT CASE WHEN reworked THEN session_id END) AS reworked,
+	COUNT(DISTINCT CASE WHEN infra THEN session_id END) AS infra
+FROM metric_session_hours WHERE bucket >= ? AND bucket < ? GROUP BY queue`
+	rollupEdgeSessionsSQL = `SELECT session_id, queue, MAX(CASE WHEN reworked THEN 1 ELSE 0 END) = 1 AS reworked,
+	MAX(CASE WHEN infra THEN 1 ELSE 0 END) = 1 AS infra
+FROM metric_session_hours WHERE session_id IN ? AND bucket >= ? AND bucket < ? GROUP BY session_id, queue`
+)
+
+// errRolledByOther: another process rolled the hour up meanwhile.
+var errRolledByOther = errors.New("hour rolled up by another process")
+
+// foldWithRollups fills f (window [from, to)) from the rollups of the whole
+// hours of the window that are rolled up, and by folding the events of the
+// rest.
+func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UTCTime) error {
+	db := s.DB.WithContext(ctx)
+	w, ok, err := rolledThrough(db)
+	if err != nil {
+		return err
+	}
+	a, b := ceilHour(from.Time), floorHour(to.Time)
+	if ok && w.Before(b) {
+		b = w
+	}
+	if !ok || !a.Before(b) {
+		return s.foldEvents(ctx, f, from, to)
+	}
+	ua, ub := NewUTCTime(a), NewUTCTime(b)
+	// The ends, folded; their sessions are counted below.
+	edge := map[string]map[string]uint8{}
+	collect := func(sf *sessionFold) {
+		m := edge[sf.id]
+		if m == nil {
+			m = map[string]uint8{}
+			edge[sf.id] = m
+		}
+		for q, fl := range sessionFlags(sf) {
+			m[q] |= fl
+		}
+	}
+	for _, span := range [][2]UTCTime{{from, ua}, {ub, to}} {
+		if !span[0].Time.Before(span[1].Time) {
+			continue
+		}
+		g := newMetricsFold(span[0].Time, span[1].Time)
+		g.onActive = collect
+		if err := s.foldEvents(ctx, g, span[0], span[1]); err != nil {
+			return err
+		}
+		f.mergeCounters(g)
+	}
+	// The whole hours' counters.
+	var sums []struct {
+		Queue string
+		Name  string
+		Total int64
+		Top   int64
+	}
+	if err := db.Raw(rollupSumsSQL, ua, ub).Scan(&sums).Error; err != nil {
+		return fmt.Errorf("metrics: read rollups: %w", err)
+	}
+	for _, r := range sums {
+		v := r.Total
+		if strings.HasSuffix(r.Name, "_max") {
+			v = r.Top
+		}
+		f.accOf(r.Queue).addCounter(r.Name, v)
+	}
+	// The whole hours' distinct sessions.
+	var counts []struct {
+		Queue    string
+		Sessions int64
+		Reworked int64
+		Infra    int64
+	}
+	if err := db.Raw(rollupSessionsSQL, ua, ub).Scan(&counts).Error; err != nil {
+		return fmt.Errorf("metrics: count rollup sessions: %w", err)
+	}
+	for _, c := range counts {
+		acc := f.accOf(c.Queue)
+		acc.sessions += c.Sessions
+		acc.reworked += c.Reworked
+		acc.infraAffected += c.Infra
+	}
+	// The ends' sessions, each counted unless the whole hours did.
+	ids := make([]string, 0, len(edge))
+	for id := range edge {
+		ids = append(ids, id)
+	}
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		var seen []struct {
+			SessionID string
+			Queue     string
+			Reworked  bool
+			Infra     bool
+		}
+		if err := db.Raw(rollupEdgeSessionsSQL,
+			chunk, ua, ub).Scan(&seen).Error; err != nil {
+			return fmt.Errorf("metrics: rollup sessions of the window's ends: %w", err)
+		}
+		mid := map[[2]string]uint8{}
+		for _, r := range seen {
+			fl := uint8(activeFlag)
+			if r.Reworked {
+				fl |= reworkedFlag
+			}
+			if r.Infra {
+				fl |= infraFlag
+			}
+			mid[[2]string{r.SessionID, r.Queue}] = fl
+		}
+		for _, id := range chunk {
+			for q, fl := range edge[id] {
+				m := mid[[2]string{id, q}]
+				acc := f.accOf(q)
+				if m == 0 {
+					acc.sessions++
+				}
+				if fl&reworkedFlag != 0 && m&reworkedFlag == 0 {
+					acc.reworked++
+				}
+				if fl&infraFlag != 0 && m&infraFlag == 0 {
+					acc.infraAffected++
+				}
+			}
+		}
+	}
+	return nil
+}

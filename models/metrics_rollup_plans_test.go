@@ -1,0 +1,75 @@
+package models_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
+)
+
+// TestMetricsRollupPlansAtScale fills the rollup tables of one PostgreSQL
+// schema with a year of hours (10 queues, about a million session-hour
+// rows, what a million events make and more) and checks that the reads of
+// a metrics request, for the 24 h, 7 d and 30 d windows and a custom one,
+// read an index and never scan a table sequentially. It asserts on plans,
+// never on time (times are logged). -short builds a tenth.
+func TestMetricsRollupPlansAtScale(t *testing.T) {
+	s := storetest.New(t, models.Postgres)
+	rows := 1_000_000
+	if testing.Short() {
+		rows = 100_000
+	}
+	const hours = 365 * 24
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	start := time.Now()
+	for _, q := range []string{
+		fmt.Sprintf(`INSERT INTO metric_session_hours (bucket, queue, session_id, reworked, infra)
+SELECT '2026-01-01'::timestamptz + make_interval(hours => (g::bigint * %d / %d)::int), 'q' || (g %% 10), 'ses_' || lpad((g / 3)::text, 9, '0'), g %% 7 = 0, g %% 11 = 0
+FROM generate_series(0, %d) g`, hours, rows, rows-1),
+		fmt.Sprintf(`INSERT INTO metric_rollups (bucket, queue, name, value)
+SELECT '2026-01-01'::timestamptz + make_interval(hours => h), q, n, h %% 13 + 1
+FROM generate_series(0, %d) h, unnest(ARRAY['*','q0','q1','q2','q3','q4','q5','q6','q7','q8','q9']) q,
+	unnest(ARRAY['ended','succeeded','committed','machine_n','machine_sum','machine_max','escalations','decisions']) n
+WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
+		`ANALYZE metric_session_hours`, `ANALYZE metric_rollups`,
+	} {
+		if err := s.DB.Exec(q).Error; err != nil {
+			t.Fatalf("build: %v", err)
+		}
+	}
+	t.Logf("built the rollup tables in %v", time.Since(start).Round(time.Millisecond))
+	end := base.Add(hours * time.Hour)
+	windows := map[string][2]time.Time{
+		"24h": {end.Add(-24 * time.Hour), end}, "7d": {end.Add(-7 * 24 * time.Hour), end},
+		"30d": {end.Add(-30 * 24 * time.Hour), end}, "custom": {base.Add(100 * 24 * time.Hour), base.Add(120 * 24 * time.Hour)},
+	}
+	ids := make([]string, 500)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("ses_%09d", rows/3-1-i*7)
+	}
+	for name, sql := range models.MetricRollupQueries {
+		for wname, win := range windows {
+			a, b := models.NewUTCTime(win[0]), models.NewUTCTime(win[1])
+			args := []any{a, b}
+			if strings.Contains(sql, "session_id IN ?") {
+				args = []any{ids, a, b}
+			}
+			var plan []string
+			if err := s.DB.Raw("EXPLAIN "+sql, args...).Scan(&plan).Error; err != nil {
+				t.Fatalf("%s %s: explain: %v", name, wname, err)
+			}
+			text := strings.Join(plan, "\n")
+			if strings.Contains(text, "Seq Scan") {
+				t.Errorf("%s over %s scans a table:\n%s", name, wname, text)
+			}
+			began := time.Now()
+			if err := s.DB.Exec(sql, args...).Error; err != nil {
+				t.Fatalf("%s %s: %v", name, wname, err)
+			}
+			t.Logf("%s over %s: %v", name, wname, time.Since(began).Round(time.Microsecond))
+		}
+	}
+}
