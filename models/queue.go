@@ -439,7 +439,8 @@ const claimBatchSQL = `WITH next AS (
 	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
 	    d.lease_expires_at AS claimed_lease_expires_at, d.lease_token AS claimed_lease_token
 )
-SELECT c.*, s.* FROM c JOIN sessions s ON s.id = c.claimed_session_id ORDER BY c.claimed_rn FOR UPDATE OF s`
+SELECT c.*, s.*, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
+JOIN session_states st ON st.session_id = s.id ORDER BY c.claimed_rn FOR UPDATE OF s, st`
 
 // ClaimBatch leases up to max (1 to MaxLeaseBatch) available delegations
 // of queue to worker in one transaction, or returns none when there is no
