@@ -9,6 +9,7 @@ func (t *Tx) LaterChecked(check func(rows int64, err error) error, query string,
 
 // SetBulkHook runs hook before each session of a bulk is written.
 func (s *Store) SetBulkHook(hook func(sessionID string)) { s.bulkHook = hook }
+
 // ProductMetricsFromEvents computes the product metrics by folding the event
 // log only, without the rollups (the reference the rollups must match).
 func (s *Store) ProductMetricsFromEvents(ctx context.Context, o MetricsOpts) (ProductMetrics, error) {
