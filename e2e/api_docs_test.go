@@ -34,7 +34,7 @@ func TestAPIDocsRenders(t *testing.T) {
 		chromedp.Navigate(e.base+"/api/docs"),
 		// Redoc renders each operation under an h2 with its summary.
 		chromedp.WaitVisible(`//h2[normalize-space()="Create a session"]`, chromedp.BySearch),
-		chromedp.Text(`//h2[normalize-space()="Lease the next delegation of a queue (long poll)"]`, &heading, chromedp.BySearch),
+		chromedp.Text(`//h2[normalize-space()="Lease the next delegation of a queue, or up to max of them (long poll)"]`, &heading, chromedp.BySearch),
 		chromedp.Text(`body`, &example, chromedp.ByQuery),
 		chromedp.Evaluate(`window.__csp`, &violations),
 	)

@@ -318,7 +318,8 @@ export class Client {
   /** Lease the next delegation of `queue`; long-polls up to `wait_seconds` (≤ 30). null when none came. */
   async lease(queue: string, body: { worker: string; wait_seconds?: number }, opts?: CallOptions): Promise<Lease | null> {
     const got = await unwrap("POST", this.api.POST("/queues/{queue}/lease", { params: { path: { queue } }, body, ...this.write(opts, body.wait_seconds ?? 0) }));
-    return got ?? null;
+    // Without max the server answers one lease, never the batch shape.
+    return (got as Lease | undefined) ?? null;
   }
 
   /**
@@ -327,10 +328,9 @@ export class Client {
    * result). An empty list when none came.
    */
   async leaseBatch(queue: string, body: { worker: string; wait_seconds?: number; max: number }, opts?: CallOptions): Promise<Lease[]> {
-    const got = await this.request<LeaseBatch | undefined>({
-      method: "POST", path: `/queues/${seg(queue)}/lease`, body, idempotent: true, opts, waitSeconds: body.wait_seconds ?? 0,
-    });
-    return got?.leases ?? [];
+    const got = await unwrap("POST", this.api.POST("/queues/{queue}/lease", { params: { path: { queue } }, body, ...this.write(opts, body.wait_seconds ?? 0) }));
+    // With max the server answers {"leases": [...]}, or 204 when none came.
+    return (got as LeaseBatch | undefined)?.leases ?? [];
   }
 
   /** Renew a lease; ConflictError when it is no longer held. */
