@@ -127,6 +127,11 @@ func runBenchPages(ctx context.Context, env *cliEnv, args []string) error {
 	if _, err := s.SequenceFeed(ctx); err != nil {
 		return fmt.Errorf("number the feed: %w", err)
 	}
+	// A server's maintenance pass keeps the metric rollups current; this
+	// one does not run it, so roll up once, as a running server would have.
+	if _, err := s.RollupMetrics(ctx); err != nil {
+		return fmt.Errorf("roll up metrics: %w", err)
+	}
 	pages, err := pagesToMeasure(ctx, s, o.only)
 	if err != nil {
 		return err
