@@ -48,6 +48,10 @@ type benchOpts struct {
 	// active webhook (bench_webhook.go).
 	webhookRounds int
 	asReceiver    bool
+	// receiverNice is the webhook receiver process's nice value: in
+	// production the receiver runs on another machine, here it shares the
+	// writers' cores (bench_receiver.go).
+	receiverNice int
 }
 
 func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
@@ -66,6 +70,7 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	feedBenchFlags(fs, &o.feed)
 	fs.IntVar(&o.webhookRounds, "webhook-rounds", 0, "if set, run this many rounds of --duration each without and with one active webhook (receiver on localhost) and compare")
 	fs.BoolVar(&o.asReceiver, "as-webhook-receiver", false, "internal: run as the webhook receiver process of --webhook-rounds")
+	fs.IntVar(&o.receiverNice, "webhook-receiver-nice", 19, "nice value of the --webhook-rounds receiver process (0–19; 19: it gets only the CPU the product leaves, as a receiver on another machine would take none)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots bench --database-url URL --mode http|inproc --workers N --duration D [--json]\n\n"+
 			"Migrates the database, creates its own tokens and sessions, and runs full\n"+
@@ -86,6 +91,8 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 		return o, usageErr("--duration must be positive")
 	case o.wait < 0 || o.wait > models.MaxWaitSeconds:
 		return o, usageErr("--wait must be between 0 and %d", models.MaxWaitSeconds)
+	case o.receiverNice < 0 || o.receiverNice > 19:
+		return o, usageErr("--webhook-receiver-nice must be between 0 and 19")
 	}
 	return o, nil
 }

@@ -19,8 +19,11 @@ import (
 // own (this binary, `bench --as-webhook-receiver`), so that the bench
 // process's CPU, which the webhook comparison measures, is the product's
 // delivery work and not the receiver's, which in production runs on another
-// machine. It still shares the host's cores: the throughput ratio pays for
-// it, the CPU share does not.
+// machine. It still shares the host's cores, so it runs at a low priority
+// (--webhook-receiver-nice, default 19): it gets what the product leaves
+// idle, as a receiver elsewhere would take nothing from it. At nice 0 the
+// throughput ratio also pays for the receiver's CPU; the CPU share never
+// does.
 
 // serveBenchReceiver answers every POST with 204 and counts it; GET /count
 // tells the count. It prints its address on stdout and stops when stdin
@@ -59,8 +62,9 @@ type benchReceiver struct {
 	cmd   *exec.Cmd
 }
 
-// startBenchReceiver starts this binary as a receiver process.
-func startBenchReceiver(ctx context.Context) (*benchReceiver, error) {
+// startBenchReceiver starts this binary as a receiver process at the given
+// nice value.
+func startBenchReceiver(ctx context.Context, nice int) (*benchReceiver, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -76,6 +80,10 @@ func startBenchReceiver(ctx context.Context) (*benchReceiver, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
+	}
+	if err := setNice(cmd.Process.Pid, nice); err != nil {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("webhook receiver process: set nice %d: %w", nice, err)
 	}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {

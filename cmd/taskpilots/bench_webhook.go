@@ -20,6 +20,7 @@ type benchWebhookReport struct {
 	Dialect       string    `json:"dialect"`
 	Workers       int       `json:"workers"`
 	Rounds        int       `json:"rounds"`
+	ReceiverNice  int       `json:"receiver_nice"`
 	RoundS        float64   `json:"round_s"`
 	WithoutPerSec []float64 `json:"without_webhook_lifecycles_per_sec"`
 	WithPerSec    []float64 `json:"with_webhook_lifecycles_per_sec"`
@@ -63,7 +64,7 @@ type benchWebhookReport struct {
 // events, alone, to a webhook registered for the purpose, and compares the
 // CPU that took with the CPU of writing them (deliveryShare).
 func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.Store, lc lifecycler, queue string, quiet *slog.Logger) error {
-	rcv, err := startBenchReceiver(ctx)
+	rcv, err := startBenchReceiver(ctx, o.receiverNice)
 	if err != nil {
 		return fmt.Errorf("start the webhook receiver: %w", err)
 	}
@@ -76,7 +77,7 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 	d := &web.Dispatcher{Store: s, Log: quiet}
 	wg.Go(func() { d.Run(bg, time.Second) })
 
-	rep := benchWebhookReport{Mode: o.mode, Dialect: string(s.Dialect), Workers: o.workers, Rounds: o.webhookRounds, RoundS: o.duration.Seconds()}
+	rep := benchWebhookReport{Mode: o.mode, Dialect: string(s.Dialect), Workers: o.workers, Rounds: o.webhookRounds, ReceiverNice: o.receiverNice, RoundS: o.duration.Seconds()}
 	meter := &cpuMeter{s: s}
 	var cpuRatios []float64
 	// cpuStart and cpuPer measure the CPU per lifecycle from one point to
@@ -215,7 +216,7 @@ func runBenchWebhook(ctx context.Context, env *cliEnv, o benchOpts, s *models.St
 	rep.PairRatioMedian = median(rep.PairRatios)
 	rep.CPURatio = round3(median(cpuRatios))
 	rep.DeliveryCPUShareMedian = median(rep.DeliveryCPUShare)
-	fmt.Fprintf(env.stdout, "mode %s, %s, %d workers, %d rounds of %s each way\n", rep.Mode, rep.Dialect, rep.Workers, rep.Rounds, o.duration)
+	fmt.Fprintf(env.stdout, "mode %s, %s, %d workers, %d rounds of %s each way, receiver at nice %d\n", rep.Mode, rep.Dialect, rep.Workers, rep.Rounds, o.duration, rep.ReceiverNice)
 	fmt.Fprintf(env.stdout, "lifecycles/s without a webhook: median %.1f %v\n", rep.WithoutMedian, rep.WithoutPerSec)
 	fmt.Fprintf(env.stdout, "lifecycles/s with one webhook:  median %.1f %v (ratio %.3f)\n", rep.WithMedian, rep.WithPerSec, rep.Ratio)
 	fmt.Fprintf(env.stdout, "ratio of each round pair: %v, median %.3f\n", rep.PairRatios, rep.PairRatioMedian)
