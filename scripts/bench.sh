@@ -19,6 +19,11 @@
 # client's (pgbench or taskpilots): on a shared host throughput swings
 # from minute to minute, CPU per unit of work much less.
 #
+# Each round also runs River (scripts/riverbench, its own module: the product
+# never depends on River), the PostgreSQL job queue, inserting one job per
+# call and then 100 per call: jobs inserted, worked and completed per second,
+# the job-queue part of a lifecycle without sessions, state or events.
+#
 # Targets: HTTP ≥ 50 % of pgbench's lifecycles/s, in-process ≥ 80 %.
 # pgbench counts one run of the four-commit script as one "transaction", so
 # its tps is lifecycles/s (commits/s = 4 × tps); the ratios below are
@@ -40,6 +45,8 @@ trap 'rm -rf "$work"' EXIT
 
 echo "== building taskpilots" >&2
 go build -o "$work/taskpilots" ./cmd/taskpilots
+echo "== building riverbench (scripts/riverbench)" >&2
+(cd scripts/riverbench && go build -o "$work/riverbench" .)
 
 fresh_db() {
 	psql "$PGURL/postgres?sslmode=disable" -qX -v ON_ERROR_STOP=1 \
@@ -119,7 +126,13 @@ run_ours() { # mode round
 	last_json "$work/$mode.out" lifecycles_per_sec
 }
 
-# The three runs are interleaved round by round, so that a machine whose
+run_river() { # single|batch
+	echo "== riverbench --mode $1: $CLIENTS clients, ${DURATION}s" >&2
+	"$work/riverbench" --database-url "$DBURL" --mode "$1" --clients "$CLIENTS" --duration "${DURATION}s" >"$work/river-$1.out"
+	last_json "$work/river-$1.out" completed_per_sec
+}
+
+# The runs are interleaved round by round, so that a machine whose
 # load changes (other jobs, CI) disturbs all of them alike; the ratios are
 # taken per round and their median reported.
 : >"$work/rounds"
@@ -141,7 +154,11 @@ for r in $(seq 1 "$ROUNDS"); do
 	inproc=$(run_ours inproc "$r")
 	cpu_after "$(last_json "$work/inproc.out" lifecycles)"
 	inproccpu=$CPU
-	echo "$pg $http $inproc $pgcpu $httpcpu $inproccpu" >>"$work/rounds"
+	fresh_db
+	rsingle=$(run_river single)
+	fresh_db
+	rbatch=$(run_river batch)
+	echo "$pg $http $inproc $pgcpu $httpcpu $inproccpu $rsingle $rbatch" >>"$work/rounds"
 done
 
 psql "$PGURL/postgres?sslmode=disable" -qX -c "DROP DATABASE IF EXISTS $BENCH_DB" >/dev/null || true
@@ -154,7 +171,9 @@ function median(a, n,   i, j, t) {
 function cpu(s, cl) { return s == "-" ? "n/a" : sprintf("%.2f ms (server %.2f + client %.2f)", s + cl, s, cl) }
 {
 	n++; pg[n] = $1; ht[n] = $2; ip[n] = $3; hr[n] = $2 / $1; ir[n] = $3 / $1
-	printf "round %d: pgbench %.1f lifecycles/s (%.1f commits/s), http %.1f (ratio %.2f), inproc %.1f (ratio %.2f)\n", n, $1, $1 * 4, $2, $2 / $1, $3, $3 / $1
+	# $4..$9 are three "server client" CPU pairs, $10 and $11 River.
+	rs[n] = $10; rb[n] = $11; rr[n] = $3 / $10
+	printf "round %d: pgbench %.1f lifecycles/s (%.1f commits/s), http %.1f (ratio %.2f), inproc %.1f (ratio %.2f); river %.1f jobs/s one per call, %.1f batched\n", n, $1, $1 * 4, $2, $2 / $1, $3, $3 / $1, $10, $11
 	if ($4 != "-") {
 		havecpu = 1
 		printf "         cpu per lifecycle: pgbench %s, http %s, inproc %s\n", cpu($4, $5), cpu($6, $7), cpu($8, $9)
@@ -168,6 +187,9 @@ END {
 	printf "pgbench lifecycle script   %9.1f lifecycles/s  (%.1f commits/s)\n", mpg, mpg * 4
 	printf "taskpilots http            %9.1f lifecycles/s  ratio %.2f  (target >= 0.50) %s\n", mht, mhr, (mhr >= 0.5 ? "ok" : "UNDER TARGET")
 	printf "taskpilots inproc          %9.1f lifecycles/s  ratio %.2f  (target >= 0.80) %s\n", mip, mir, (mir >= 0.8 ? "ok" : "UNDER TARGET")
+	mrs = median(rs, n); mrb = median(rb, n); mrr = median(rr, n)
+	printf "river, one job per call    %9.1f jobs/s        inproc lifecycles / river jobs %.2f (target >= 1) %s\n", mrs, mrr, (mrr >= 1 ? "ok" : "UNDER TARGET")
+	printf "river, 100 jobs per call   %9.1f jobs/s\n", mrb
 	cpujson = ""
 	if (havecpu) {
 		printf "cpu per lifecycle          pgbench %s\n", cpu(median(ps, n), median(pc, n))
@@ -175,5 +197,5 @@ END {
 		printf "                           inproc  %s\n", cpu(median(is, n), median(ic, n))
 		cpujson = sprintf(",\"pgbench_cpu_ms\":%.3f,\"http_cpu_ms\":%.3f,\"inproc_cpu_ms\":%.3f", median(pt, n), median(htot, n), median(it, n))
 	}
-	printf "{\"clients\":%d,\"duration_s\":%d,\"rounds\":%d,\"pgbench_tps\":%.3f,\"pgbench_commits_per_sec\":%.3f,\"http_lifecycles_per_sec\":%.3f,\"inproc_lifecycles_per_sec\":%.3f,\"http_ratio\":%.4f,\"inproc_ratio\":%.4f%s}\n", c, d, n, mpg, mpg * 4, mht, mip, mhr, mir, cpujson
+	printf "{\"clients\":%d,\"duration_s\":%d,\"rounds\":%d,\"pgbench_tps\":%.3f,\"pgbench_commits_per_sec\":%.3f,\"http_lifecycles_per_sec\":%.3f,\"inproc_lifecycles_per_sec\":%.3f,\"http_ratio\":%.4f,\"inproc_ratio\":%.4f,\"river_single_jobs_per_sec\":%.3f,\"river_batch_jobs_per_sec\":%.3f,\"inproc_to_river_single\":%.4f%s}\n", c, d, n, mpg, mpg * 4, mht, mip, mhr, mir, mrs, mrb, mrr, cpujson
 }' "$work/rounds"

@@ -13,6 +13,8 @@
 #      root and client modules. A rare false positive is silenced where it
 #      occurs with a //lint:ignore CHECK reason comment, never by turning a
 #      check off.
+#   6. go vet and staticcheck in scripts/riverbench, make bench's River
+#      comparison (a module of its own so the product never depends on River).
 # Under CI=true it also fails on any *_templ.go that `git status` shows as
 # changed or untracked, since the clone must contain the generated code.
 set -euo pipefail
@@ -108,6 +110,9 @@ go tool staticcheck ./... || fail=1
 # staticcheck binary inside it.
 staticcheck_bin=$(go tool -n staticcheck)
 (cd client && "$staticcheck_bin" ./...) || fail=1
+
+step "scripts/riverbench (make bench's River program, its own module): go vet, staticcheck"
+(cd scripts/riverbench && go vet ./... && "$staticcheck_bin" ./...) || fail=1
 
 if [ "$fail" != 0 ]; then
 	echo "check: FAILED"
