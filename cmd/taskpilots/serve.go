@@ -27,9 +27,11 @@ const DefaultAddr = web.DefaultAddr
 // serveOpts is everything serve reads from flags and the environment.
 type serveOpts struct {
 	databaseURL string
-	dbMaxConns  int
-	replicas    int
-	demo        bool
+	// readURL is the read replica (--database-read-url); PostgreSQL only.
+	readURL    string
+	dbMaxConns int
+	replicas   int
+	demo       bool
 	// leaseRecheck becomes the store's LeaseRecheck.
 	leaseRecheck time.Duration
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
@@ -50,6 +52,11 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.StringVar(&o.databaseURL, "database-url", d.String("TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
 		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
 	redactDefault(fs, "database-url")
+	fs.StringVar(&o.readURL, "database-read-url", d.String("TASKPILOTS_DATABASE_READ_URL", ""),
+		"postgres:// URL of a streaming-replication standby of the database: console lists, the audit trail, metrics and "+
+			"API reads go there, a reader's own writes stay visible to it, and reads use the primary while it is down; "+
+			"PostgreSQL only; empty: every read goes to the primary (env TASKPILOTS_DATABASE_READ_URL)")
+	redactDefault(fs, "database-read-url")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 0),
 		"PostgreSQL connection pool size of this process; 0: 20, or less to fit the server's max_connections "+
 			"shared by --replicas processes; a size that cannot fit is refused at start (env TASKPILOTS_DB_MAX_CONNS)")
@@ -115,6 +122,13 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 		return o, err
 	}
 	v := &models.ValidationError{}
+	if o.readURL != "" {
+		d, _, err := models.ParseDatabaseURL(o.databaseURL)
+		rd, _, rerr := models.ParseDatabaseURL(o.readURL)
+		if err == nil && (rerr != nil || d != models.Postgres || rd != models.Postgres) {
+			v.Add("database-read-url", "needs PostgreSQL: a postgres:// standby of a postgres:// --database-url (SQLite has no read replicas)")
+		}
+	}
 	if o.dbMaxConns < 0 {
 		v.Add("db-max-conns", "must be 0 (derived) or more")
 	}
@@ -164,7 +178,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas})
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas, ReadURL: o.readURL})
 	if err != nil {
 		return err
 	}
@@ -175,6 +189,9 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if o.web.CheckpointKey, err = checkpointKey(env, o.databaseURL, o.checkpointKeyPath, true); err != nil {
 		return fmt.Errorf("checkpoint key: %w", err)
+	}
+	if o.readURL != "" {
+		env.log.Info("reads may use a read replica", "database_read", redactURL(o.readURL))
 	}
 	env.log.Info("starting TaskPilots Handoff", "database", redactURL(s.URL()), "dialect", s.Dialect, "addr", o.web.Addr)
 	if err := web.Serve(ctx, s, o.web); err != nil {
