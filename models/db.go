@@ -59,6 +59,9 @@ type Store struct {
 	// escalation to the review queue with it (the zero value is the
 	// default policy).
 	Reviews ReviewPolicy
+	// Retention is how long the maintenance pass keeps idempotency keys
+	// and rejection counters (the zero value: the defaults).
+	Retention RetentionPolicy
 	// Observer, if set, hears about committed and rejected writes.
 	Observer Observer
 	url      string

@@ -41,7 +41,10 @@ type serveOpts struct {
 	// is loaded (or created) by runServe.
 	checkpointKeyPath string
 	checkpointEvery   time.Duration
-	web               web.Config
+	// retention is the flags' values: 0 keeps the rows forever, where
+	// models.RetentionPolicy's zero means "the default".
+	retention models.RetentionPolicy
+	web       web.Config
 }
 
 // serveFlagSet registers serve's flags, each defaulting to its TASKPILOTS_*
@@ -100,6 +103,11 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	checkpointKeyFlag(fs, d, &o.checkpointKeyPath)
 	fs.DurationVar(&o.checkpointEvery, "checkpoint-every", d.Duration("TASKPILOTS_CHECKPOINT_EVERY", web.DefaultCheckpointEvery),
 		"how often to sign a checkpoint over every session's head when anything changed; 0: only on demand (env TASKPILOTS_CHECKPOINT_EVERY)")
+	fs.DurationVar(&o.retention.IdempotencyKeys, "idempotency-key-ttl", d.Duration("TASKPILOTS_IDEMPOTENCY_KEY_TTL", models.DefaultIdempotencyKeyTTL),
+		"how long an idempotency key and its first outcome are kept; a retry with the key after that is a new command; "+
+			"0: keep forever (env TASKPILOTS_IDEMPOTENCY_KEY_TTL)")
+	fs.DurationVar(&o.retention.Rejections, "rejection-retention", d.Duration("TASKPILOTS_REJECTION_RETENTION", models.DefaultRejectionRetention),
+		"how long the per-minute counters of rejected writes (the state conflict rate) are kept; 0: keep forever (env TASKPILOTS_REJECTION_RETENTION)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
 			"seeds demo users and sessions into a new embedded SQLite database (never PostgreSQL),\n"+
@@ -154,6 +162,14 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.checkpointEvery == 0 {
 		o.web.CheckpointEvery = -1
 	}
+	for name, dur := range map[string]*time.Duration{"idempotency-key-ttl": &o.retention.IdempotencyKeys, "rejection-retention": &o.retention.Rejections} {
+		switch {
+		case *dur < 0:
+			v.Add(name, "must be 0 (keep forever) or a positive duration")
+		case *dur == 0:
+			*dur = -1 // models: keep forever
+		}
+	}
 	o.web.Reviews.DoubleShare = o.reviewDoubleShare
 	if o.reviewDoubleShare == 0 {
 		o.web.Reviews.DoubleShare = -1
@@ -184,6 +200,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer s.Close()
 	s.LeaseRecheck = o.leaseRecheck
+	s.Retention = o.retention
 	if err := prepareServe(ctx, env, s, o.demo); err != nil {
 		return err
 	}
