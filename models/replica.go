@@ -186,6 +186,9 @@ func (s *Store) ReplicaTimings(lagCache, retry, floorTTL time.Duration) {
 	}
 	if retry > 0 {
 		r.retry = retry
+		if until := r.nowFn().Add(retry); r.down && r.retryAt.After(until) {
+			r.retryAt = until
+		}
 	}
 	if floorTTL > 0 {
 		r.floorTTL = floorTTL

@@ -238,3 +238,35 @@ func mustLSN(t *testing.T, s string) models.LSN {
 	}
 	return l
 }
+
+// TestReadReplicaDownAtStart: a standby that does not answer at start does
+// not stop the server: reads use the primary, and the failure is logged
+// once however many reads follow.
+func TestReadReplicaDownAtStart(t *testing.T) {
+	ctx := context.Background()
+	logs := &lockedBuffer{}
+	s, err := models.Open(ctx, storetest.NewURL(t, models.Postgres), models.OpenOpts{
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), ReadURL: "postgres://postgres@127.0.0.1:1/test?sslmode=disable"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.MigrateUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	get, _ := models.WithReadScope(ctx, "token:a", 0, true)
+	id := storetest.Session(ctx, t, s, nil)
+	s.ReplicaTimings(0, time.Millisecond, 0)
+	for range 5 {
+		if _, err := s.GetSession(get, id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // past the retry delay: each read tries the standby again
+	}
+	if st := s.ReplicaStats(); !st.Down || st.Standby != 0 || st.Failovers == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := logs.count("read replica failed"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, logs.b.String())
+	}
+}
