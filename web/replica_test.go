@@ -34,7 +34,8 @@ func TestReadReplicaHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.ReplicaTimings(20*time.Millisecond, time.Second, time.Minute)
-	srv, browser := serve(t, testEcho(t, s, Config{}))
+	e := testEcho(t, s, Config{})
+	srv, browser := serve(t, e)
 	tokA, _, err := s.CreateToken(ctx, "a", models.RoleController)
 	if err != nil {
 		t.Fatal(err)
@@ -122,5 +123,11 @@ func TestReadReplicaHTTP(t *testing.T) {
 	}
 	if st := s.ReplicaStats(); st.Standby == 0 || st.Primary == 0 {
 		t.Fatalf("stats %+v: want reads on both", st)
+	}
+	m := scrape(t, e)
+	if m[`taskpilots_read_replica_reads_total{target="standby"}`] == 0 || m[`taskpilots_read_replica_reads_total{target="primary"}`] == 0 ||
+		m["taskpilots_read_replica_down"] != 0 {
+		t.Fatalf("replica metrics: standby %v, primary %v, down %v", m[`taskpilots_read_replica_reads_total{target="standby"}`],
+			m[`taskpilots_read_replica_reads_total{target="primary"}`], m["taskpilots_read_replica_down"])
 	}
 }
