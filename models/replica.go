@@ -247,16 +247,27 @@ func (s *Store) openReplica(ctx context.Context, readURL string, size int32) err
 		pool.Close()
 		return fmt.Errorf("open read replica: %w", err)
 	}
-	s.replica = r
-	// Say at start what the standby is.
+	// Say at start what the standby is, and refuse one of another cluster:
+	// its reads would be another database's.
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var inRecovery bool
-	if err := standby.QueryRowContext(pctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
-		r.markDown(err)
-	} else if !inRecovery {
+	const sysID = `SELECT system_identifier FROM pg_control_system()`
+	var (
+		inRecovery   bool
+		theirs, ours int64
+	)
+	standbyErr := standby.QueryRowContext(pctx, `SELECT pg_is_in_recovery(), (`+sysID+`)`).Scan(&inRecovery, &theirs)
+	switch {
+	case standbyErr != nil:
+		r.markDown(standbyErr)
+	case primary.QueryRowContext(pctx, sysID).Scan(&ours) == nil && ours != theirs:
+		r.close()
+		return fmt.Errorf("database read url %s is not a replica of the database: its system identifier is %d, the primary's %d",
+			RedactDatabaseURL(readURL), theirs, ours)
+	case !inRecovery:
 		r.warnLog("the read replica is not a standby (pg_is_in_recovery() is false); reads go there anyway", "database_read", RedactDatabaseURL(readURL))
 	}
+	s.replica = r
 	return nil
 }
 

@@ -58,6 +58,15 @@ func TestReadReplicaRouting(t *testing.T) {
 	s.ReplicaTimings(20*time.Millisecond, 300*time.Millisecond, time.Minute)
 	pair.WaitReplayed(ctx)
 
+	// A read URL of another cluster is refused at start.
+	if other, err := models.Open(ctx, storetest.NewURL(t, models.Postgres), models.OpenOpts{
+		Logger: slog.New(slog.DiscardHandler), ReadURL: pair.StandbyURL}); err == nil || !strings.Contains(err.Error(), "not a replica of the database") {
+		if other != nil {
+			other.Close()
+		}
+		t.Fatalf("a standby of another cluster: %v, want refused", err)
+	}
+
 	// GET requests of two API readers, and a POST of the first.
 	getA, _ := models.WithReadScope(ctx, "token:a", 0, true)
 	getB, _ := models.WithReadScope(ctx, "token:b", 0, true)
