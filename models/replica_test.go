@@ -40,9 +40,6 @@ func (l *lockedBuffer) count(s string) int {
 // fail over to the primary when the standby stops, logged once, and come
 // back when it returns.
 func TestReadReplicaRouting(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two PostgreSQL servers")
-	}
 	pair := storetest.StartReplicaPair(t)
 	logs := &lockedBuffer{}
 	ctx := context.Background()

@@ -20,9 +20,6 @@ import (
 // sets the floor cookie, which then shows it what the standby has not
 // replayed, and the cookie goes once the standby catches up.
 func TestReadReplicaHTTP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two PostgreSQL servers")
-	}
 	pair := storetest.StartReplicaPair(t)
 	ctx := context.Background()
 	s, err := models.Open(ctx, pair.PrimaryURL, models.OpenOpts{Logger: slog.New(slog.DiscardHandler), ReadURL: pair.StandbyURL})

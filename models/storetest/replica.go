@@ -62,18 +62,20 @@ func freePort(t testing.TB) int {
 }
 
 // StartReplicaPair starts a primary and its standby, with a database named
-// test, and stops and removes both when the test ends. It skips the test
-// when PostgreSQL's server binaries are not installed.
+// test, and stops and removes both when the test ends. Like the other
+// PostgreSQL tests it does not skip: without PostgreSQL's server binaries,
+// or as root without a postgres OS user, the test fails and says what to
+// install.
 func StartReplicaPair(t testing.TB) *ReplicaPair {
 	t.Helper()
 	bin, ok := pgBinDir()
 	if !ok {
-		t.Skip("PostgreSQL server binaries (initdb) are not installed: apt-get install -y postgresql")
+		t.Fatal("the read replica tests start their own primary and standby, and PostgreSQL's server binaries (initdb) are not installed: apt-get install -y postgresql")
 	}
 	p := &ReplicaPair{t: t, bin: bin}
 	if os.Geteuid() == 0 {
 		if _, err := user.Lookup("postgres"); err != nil {
-			t.Skip("running as root without a postgres OS user to run the server as")
+			t.Fatal("running as root, the replica pair's servers run as the postgres OS user, and there is none: apt-get install -y postgresql creates it")
 		}
 		p.runAs = "postgres"
 	}
