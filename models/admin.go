@@ -414,7 +414,7 @@ func (s *Store) ListAdminAudit(ctx context.Context, o AdminAuditOpts) (AdminAudi
 	if o.Limit <= 0 || o.Limit > adminAuditMaxLimit {
 		o.Limit = 50
 	}
-	q := s.DB.WithContext(ctx).Model(&AdminAudit{})
+	q := s.read(ctx).Model(&AdminAudit{})
 	if o.Before != "" {
 		var k auditKey
 		if err := decodeCursor(o.Before, &k); err != nil || k.ID == "" {

@@ -87,7 +87,7 @@ func (s *Store) resolveActor(ctx context.Context, f AuditFilter) (AuditFilter, e
 		return f, nil
 	}
 	var ids []string
-	if err := s.DB.WithContext(ctx).Model(&User{}).Where("email = ?", strings.ToLower(a)).Limit(1).Pluck("id", &ids).Error; err != nil {
+	if err := s.read(ctx).Model(&User{}).Where("email = ?", strings.ToLower(a)).Limit(1).Pluck("id", &ids).Error; err != nil {
 		return f, fmt.Errorf("audit: resolve actor %q: %w", a, err)
 	}
 	if len(ids) > 0 {
@@ -98,7 +98,7 @@ func (s *Store) resolveActor(ctx context.Context, f AuditFilter) (AuditFilter, e
 
 // auditQuery selects the events matching f.
 func (s *Store) auditQuery(ctx context.Context, f AuditFilter) *gorm.DB {
-	return auditWhere(s.DB.WithContext(ctx), f)
+	return auditWhere(s.read(ctx), f)
 }
 
 func auditWhere(db *gorm.DB, f AuditFilter) *gorm.DB {

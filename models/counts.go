@@ -77,7 +77,7 @@ func (s *Store) boundedCounts(ctx context.Context, qs []countQuery) (map[int]int
 		K int
 		N int64
 	}
-	if err := s.DB.WithContext(ctx).Raw(strings.Join(parts, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
+	if err := s.read(ctx).Raw(strings.Join(parts, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
 	for _, r := range rows {
@@ -114,7 +114,7 @@ func (s *Store) CountByStatusCapped(ctx context.Context) (map[Status]int64, erro
 // sessions_stalled_idx anti-joined with routes.
 func (s *Store) CountStalledCapped(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.DB.WithContext(ctx).Raw(boundedCount(stalledSQL, stalledOrder)).Scan(&n).Error; err != nil {
+	if err := s.read(ctx).Raw(boundedCount(stalledSQL, stalledOrder)).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("count stalled sessions: %w", err)
 	}
 	return n, nil

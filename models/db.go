@@ -59,6 +59,9 @@ type Store struct {
 	// escalation to the review queue with it (the zero value is the
 	// default policy).
 	Reviews ReviewPolicy
+	// Retention is how long the maintenance pass keeps idempotency keys
+	// and rejection counters (the zero value: the defaults).
+	Retention RetentionPolicy
 	// Observer, if set, hears about committed and rejected writes.
 	Observer Observer
 	url      string
@@ -71,6 +74,8 @@ type Store struct {
 	wire  wireStats
 	trace *poolTrace // nil on SQLite
 	maint maintState
+	// replica is the read replica (nil: every read goes to the primary).
+	replica *replica
 	// bulkHook, when set (tests only), runs before each session of a bulk
 	// is written, so a test can change the session in between.
 	bulkHook func(sessionID string)
@@ -87,6 +92,10 @@ type OpenOpts struct {
 	WantConns    int
 	// Replicas is how many processes share the database (default 1).
 	Replicas int
+	// ReadURL, if set, is a PostgreSQL streaming-replication standby of
+	// the database that request reads may use (replica.go). PostgreSQL
+	// only: with SQLite it is ErrReadReplicaDialect.
+	ReadURL string
 }
 
 // ParseDatabaseURL tells the dialect of a database URL and the DSN for its
@@ -145,6 +154,11 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 	dialect, dsn, err := ParseDatabaseURL(url)
 	if err != nil {
 		return nil, err
+	}
+	if opts.ReadURL != "" {
+		if d, _, rerr := ParseDatabaseURL(opts.ReadURL); rerr != nil || d != Postgres || dialect != Postgres {
+			return nil, ErrReadReplicaDialect
+		}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -215,7 +229,15 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 		}
 		return nil, fmt.Errorf("connect to %s database: %w", dialect, err)
 	}
-	return &Store{DB: db, Dialect: dialect, Now: time.Now, Logger: log, Wake: NewBroker(), url: url, pool: pool, trace: trace}, nil
+	st := &Store{DB: db, Dialect: dialect, Now: time.Now, Logger: log, Wake: NewBroker(), url: url, pool: pool, trace: trace}
+	if opts.ReadURL != "" {
+		if err := st.openReplica(ctx, opts.ReadURL, pool.Config().MaxConns); err != nil {
+			sqlDB.Close()
+			pool.Close()
+			return nil, err
+		}
+	}
+	return st, nil
 }
 
 // URL is the database URL the store was opened with.
@@ -228,6 +250,7 @@ func (s *Store) Close() error {
 	if err != nil {
 		return err
 	}
+	s.replica.close()
 	err = sqlDB.Close()
 	if s.pool != nil {
 		s.pool.Close()
@@ -249,7 +272,11 @@ func (s *Store) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond
 // Transact runs fn in a transaction and retries it when the database reports
 // a serialization failure or deadlock, which are safe to retry.
 func (s *Store) Transact(ctx context.Context, fn func(tx *gorm.DB) error) error {
-	return s.retry(ctx, func() error { return s.DB.WithContext(ctx).Transaction(fn) })
+	err := s.retry(ctx, func() error { return s.DB.WithContext(ctx).Transaction(fn) })
+	if err == nil {
+		s.noteWrite(ctx)
+	}
+	return err
 }
 
 func retryable(err error) bool {

@@ -21,3 +21,11 @@ func (s *Store) ProductMetricsFromEvents(ctx context.Context, o MetricsOpts) (Pr
 var MetricRollupQueries = map[string]string{
 	"sums": rollupSumsSQL, "sessions": rollupSessionsSQL, "edge sessions": rollupEdgeSessionsSQL,
 }
+
+// ReadInRecovery asks the read handle of ctx's reader whether it is a
+// standby: which server a routed read reached.
+func (s *Store) ReadInRecovery(ctx context.Context) (bool, error) {
+	var b bool
+	err := s.read(ctx).Raw(`SELECT pg_is_in_recovery()`).Scan(&b).Error
+	return b, err
+}

@@ -232,7 +232,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
 	}
 	var rows []InboxRow
-	if err := s.DB.WithContext(ctx).Raw(strings.Join(branches, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
+	if err := s.read(ctx).Raw(strings.Join(branches, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
 		return InboxPage{}, fmt.Errorf("inbox: %w", err)
 	}
 	now := s.now()
@@ -329,7 +329,7 @@ const MaxInboxQueues = 100
 // costs the number of queues, not the number of sessions.
 func (s *Store) inboxQueues(ctx context.Context) ([]string, error) {
 	var qs []string
-	err := s.DB.WithContext(ctx).Raw(`WITH RECURSIVE q(queue, n) AS (
+	err := s.read(ctx).Raw(`WITH RECURSIVE q(queue, n) AS (
 	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+`), 1
 	UNION ALL
 	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+` AND s.queue > q.queue), q.n + 1
@@ -498,7 +498,7 @@ func (s *Store) DisplayNames(ctx context.Context, actors ...string) (map[string]
 		return out, nil
 	}
 	var users []User
-	if err := s.DB.WithContext(ctx).Select("id, name, email").Where("id IN ?", ids).Find(&users).Error; err != nil {
+	if err := s.read(ctx).Select("id, name, email").Where("id IN ?", ids).Find(&users).Error; err != nil {
 		return nil, fmt.Errorf("display names: %w", err)
 	}
 	for _, u := range users {
@@ -511,7 +511,7 @@ func (s *Store) DisplayNames(ctx context.Context, actors ...string) (map[string]
 // without their state bodies.
 func (s *Store) Children(ctx context.Context, parentID string) ([]Session, error) {
 	var rows []Session
-	err := s.DB.WithContext(ctx).Model(&Session{}).Omit("state").
+	err := s.read(ctx).Model(&Session{}).Omit("state").
 		Where("parent_id = ?", parentID).Order("id").Limit(500).Find(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("session %s: children: %w", parentID, err)
@@ -525,7 +525,7 @@ const MaxTimelineEvents = 2000
 // Timeline returns a session's events in order, only those of the given types
 // when any are given, at most MaxTimelineEvents.
 func (s *Store) Timeline(ctx context.Context, sessionID string, types ...EventType) ([]Event, error) {
-	q := s.DB.WithContext(ctx).Where("session_id = ?", sessionID)
+	q := s.read(ctx).Where("session_id = ?", sessionID)
 	if len(types) > 0 {
 		q = q.Where("type IN ?", types)
 	}

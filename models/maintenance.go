@@ -21,6 +21,10 @@ type MaintenanceReport struct {
 	// ReviewItems counts decided escalations added to the review queue
 	// that the write path had not added (decisions of an older binary).
 	ReviewItems int
+	// ExpiredKeys and ExpiredRejections count idempotency keys and
+	// rejection counters deleted past their lifetime (retention.go).
+	ExpiredKeys       int
+	ExpiredRejections int
 }
 
 // maintainBatch bounds the rows one kind handles per pass; a kind that fills
@@ -70,7 +74,7 @@ func earliest(after ...time.Duration) func(*Store, []NullTime) (time.Time, bool)
 }
 
 func timerKinds() []timerKind {
-	return []timerKind{
+	return append([]timerKind{
 		{
 			// Leases that ran out: delegations_expiry_idx.
 			name: "lease_expiry",
@@ -189,7 +193,7 @@ func timerKinds() []timerKind {
 				return 0, err
 			},
 		},
-	}
+	}, retentionKinds()...)
 }
 
 // reviewSyncEvery is how often the review queue's catch-up runs; it reads

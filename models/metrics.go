@@ -481,7 +481,7 @@ func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool)
 }
 
 func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {
-	rows, err := s.DB.WithContext(ctx).Raw(`SELECT e.session_id, e.seq, e.type, e.created_at,
+	rows, err := s.read(ctx).Raw(`SELECT e.session_id, e.seq, e.type, e.created_at,
 	CASE WHEN e.type IN ? THEN e.payload ELSE '' END AS payload
 FROM events e
 WHERE e.session_id IN (
@@ -535,7 +535,7 @@ func (s *Store) foldRejections(ctx context.Context, f *metricsFold, from, to UTC
 		Reason string
 		N      int64
 	}
-	if err := s.DB.WithContext(ctx).Raw(`SELECT queue, reason, CAST(SUM(count) AS bigint) AS n FROM write_rejections
+	if err := s.read(ctx).Raw(`SELECT queue, reason, CAST(SUM(count) AS bigint) AS n FROM write_rejections
 WHERE bucket >= ? AND bucket < ? GROUP BY queue, reason`, from, to).Scan(&rows).Error; err != nil {
 		return fmt.Errorf("metrics: count rejections: %w", err)
 	}

@@ -378,7 +378,7 @@ var errRolledByOther = errors.New("hour rolled up by another process")
 // hours of the window that are rolled up, and by folding the events of the
 // rest.
 func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UTCTime) error {
-	db := s.DB.WithContext(ctx)
+	db := s.read(ctx)
 	w, ok, err := rolledThrough(db)
 	if err != nil {
 		return err

@@ -492,7 +492,7 @@ func availableTo(q *gorm.DB, actor string, now UTCTime) *gorm.DB {
 }
 
 func (s *Store) reviewQueueBase(ctx context.Context, actor string, now UTCTime) *gorm.DB {
-	q := s.DB.WithContext(ctx).Table("review_items i").
+	q := s.read(ctx).Table("review_items i").
 		Joins("LEFT JOIN review_claims c ON c.session_id = i.session_id AND c.at_version = i.at_version AND c.reviewer = ? AND c.expires_at > ?", actor, now)
 	return availableTo(q, actor, now)
 }
@@ -530,7 +530,7 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 	}
 	// Bounded counts (see CountCap): each reads at most CountCap+1 items of
 	// the backlog, however long it grows.
-	db := s.DB.WithContext(ctx)
+	db := s.read(ctx)
 	if err := cappedCount(db, db.Table("review_items").Where("scored < needed"), "decided_at, session_id, at_version", &page.Counts.Open); err != nil {
 		return page, fmt.Errorf("review queue: count open: %w", err)
 	}

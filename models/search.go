@@ -156,7 +156,7 @@ func (s *Store) ListSessions(ctx context.Context, q SessionQuery) (SessionPage, 
 		return SessionPage{}, err
 	}
 	var rows []SessionSummary
-	if err := s.DB.WithContext(ctx).Raw(query, args...).Scan(&rows).Error; err != nil {
+	if err := s.read(ctx).Raw(query, args...).Scan(&rows).Error; err != nil {
 		return SessionPage{}, fmt.Errorf("list sessions: %w", err)
 	}
 	// The branches of several statuses come back merged by the database;

@@ -179,7 +179,7 @@ func (s *Store) Transition(ctx context.Context, sessionID string, t EventType, a
 // one read of two primary keys.
 func (s *Store) GetSession(ctx context.Context, id string) (Session, error) {
 	var rows []Session
-	if err := s.DB.WithContext(ctx).Raw(sessionRowSQL+` WHERE s.id = ?`, id).Find(&rows).Error; err != nil {
+	if err := s.read(ctx).Raw(sessionRowSQL+` WHERE s.id = ?`, id).Find(&rows).Error; err != nil {
 		return Session{}, fmt.Errorf("session %s: %w", id, err)
 	}
 	if len(rows) == 0 {
@@ -194,7 +194,7 @@ func (s *Store) CountByStatus(ctx context.Context) (map[Status]int64, error) {
 		Status Status
 		N      int64
 	}
-	if err := s.DB.WithContext(ctx).Raw(`SELECT status, count(*) AS n FROM sessions GROUP BY status`).Scan(&rows).Error; err != nil {
+	if err := s.read(ctx).Raw(`SELECT status, count(*) AS n FROM sessions GROUP BY status`).Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("count sessions: %w", err)
 	}
 	out := make(map[Status]int64, len(rows))
@@ -210,7 +210,7 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, afterSeq int64
 		limit = 100
 	}
 	var evs []Event
-	err := s.DB.WithContext(ctx).Where("session_id = ? AND seq > ?", sessionID, afterSeq).
+	err := s.read(ctx).Where("session_id = ? AND seq > ?", sessionID, afterSeq).
 		Order("seq").Limit(limit).Find(&evs).Error
 	if err != nil {
 		return nil, fmt.Errorf("session %s: list events: %w", sessionID, err)
@@ -243,7 +243,7 @@ func (s *Store) StateAt(ctx context.Context, sessionID string, v int64) (State, 
 		return State{}, &ValidationError{Fields: []FieldError{{Field: "version", Message: fmt.Sprintf("must be between 1 and %d", row.StateVersion)}}}
 	}
 	var evs []Event
-	if err := s.DB.WithContext(ctx).Where("session_id = ? AND version_after <= ?", sessionID, v).Order("seq").Find(&evs).Error; err != nil {
+	if err := s.read(ctx).Where("session_id = ? AND version_after <= ?", sessionID, v).Order("seq").Find(&evs).Error; err != nil {
 		return State{}, fmt.Errorf("session %s: load events: %w", sessionID, err)
 	}
 	return Replay(evs)

@@ -385,6 +385,9 @@ func (s *Store) Write(ctx context.Context, fn func(tx *Tx) error) error {
 		appended = t != nil && t.appended
 		return err
 	})
+	if err == nil {
+		s.noteWrite(ctx)
+	}
 	if err == nil && appended {
 		// Committed events get their feed positions from the sequencer,
 		// after commit and off the write path: a channel send, no round trip.

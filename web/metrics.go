@@ -129,6 +129,9 @@ func newMetrics(s *models.Store) *metrics {
 	for _, r := range models.ConflictReasons {
 		m.rejections.WithLabelValues(r, "") // show conflicts as 0 before the first one
 	}
+	if s.HasReadReplica() {
+		m.reg.MustRegister(replicaCollectors(s)...)
+	}
 	s.Observer = m
 	return m
 }
@@ -322,5 +325,33 @@ func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueInFlightDesc, prometheus.GaugeValue, float64(g.InFlight), g.Queue)
 		ch <- prometheus.MustNewConstMetric(queueOldestDesc, prometheus.GaugeValue, age, g.Queue)
 		ch <- prometheus.MustNewConstMetric(queueStalledDesc, prometheus.GaugeValue, float64(g.Stalled), g.Queue)
+	}
+}
+
+// replicaCollectors report where the routed reads went (models.ReplicaStats).
+func replicaCollectors(s *models.Store) []prometheus.Collector {
+	reads := func(target string, pick func(models.ReplicaStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "taskpilots_read_replica_reads_total",
+			Help:        "Routed reads (console lists, audit, metrics, API reads of GET requests) by the server that answered: standby or primary.",
+			ConstLabels: prometheus.Labels{"target": target},
+		}, func() float64 { return float64(pick(s.ReplicaStats())) })
+	}
+	return []prometheus.Collector{
+		reads("standby", func(st models.ReplicaStats) int64 { return st.Standby }),
+		reads("primary", func(st models.ReplicaStats) int64 { return st.Primary }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskpilots_read_replica_failovers_total",
+			Help: "Routed reads the standby failed that the primary answered instead.",
+		}, func() float64 { return float64(s.ReplicaStats().Failovers) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskpilots_read_replica_down",
+			Help: "1 while the read replica is marked down and reads go to the primary.",
+		}, func() float64 {
+			if s.ReplicaStats().Down {
+				return 1
+			}
+			return 0
+		}),
 	}
 }

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -237,4 +239,61 @@ func trimTrailingSlash() echo.MiddlewareFunc {
 			return strings.HasPrefix(r.URL.Path, "/api/") || (r.Method != http.MethodGet && r.Method != http.MethodHead)
 		},
 	})
+}
+
+// ReadFloorCookie carries a browser's read floor (models.ReadScope): the
+// primary's WAL position after its last write, until the read replica has
+// replayed it. It only ever sends its own reads to the primary, so it is
+// neither signed nor secret.
+const ReadFloorCookie = "taskpilots_read_floor"
+
+// readFloorMaxAge bounds how long a browser's floor outlives a standby that
+// never catches up (it is dropped as soon as the standby has replayed it).
+const readFloorMaxAge = 5 * time.Minute
+
+// readScope gives every request its reader (models.WithReadScope) when the
+// store has a read replica: GET and HEAD reads may go to the standby, and a
+// reader's own writes stay visible to it. An API client is known by its
+// bearer token (its floor stays in this process's memory); a browser brings
+// its floor in ReadFloorCookie. A successful write request records the
+// primary's position as the reader's floor before its answer goes out, so
+// the client's next read cannot overtake it.
+func readScope(s *models.Store, trustProxy bool) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		if !s.HasReadReplica() {
+			return next
+		}
+		return func(c echo.Context) error {
+			r := c.Request()
+			safe := r.Method == http.MethodGet || r.Method == http.MethodHead
+			key, browser := "", true
+			var floor models.LSN
+			if scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get(echo.HeaderAuthorization)), " "); ok && strings.EqualFold(scheme, "bearer") {
+				sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+				key, browser = "token:"+hex.EncodeToString(sum[:16]), false
+			} else if ck, err := r.Cookie(ReadFloorCookie); err == nil {
+				floor, _ = models.ParseLSN(ck.Value)
+			}
+			ctx, sc := models.WithReadScope(r.Context(), key, floor, safe)
+			c.SetRequest(r.WithContext(ctx))
+			c.Response().Before(func() {
+				if !safe && c.Response().Status < 400 {
+					s.NoteRequestWrite(ctx)
+				}
+				f, changed := sc.Floor()
+				if !browser || !changed {
+					return
+				}
+				ck := &http.Cookie{Name: ReadFloorCookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode,
+					Secure: isHTTPS(r, trustProxy)}
+				if f == 0 {
+					ck.MaxAge = -1
+				} else {
+					ck.Value, ck.MaxAge = f.String(), int(readFloorMaxAge/time.Second)
+				}
+				http.SetCookie(c.Response(), ck)
+			})
+			return next(c)
+		}
+	}
 }

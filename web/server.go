@@ -203,6 +203,9 @@ func newEcho(s *models.Store, cfg Config) (*echo.Echo, error) {
 		// The login first: its CSRF token is the one that counts.
 		skipFor(auth.LoadUser(), isMachinePath),
 		skipFor(auth.CSRF(), isMachinePath),
+		// After the login's own bookkeeping: its reader's reads, and the
+		// floor of its writes (read replica only).
+		readScope(s, cfg.TrustProxy),
 	)
 	routes(e, s, cfg, auth, m)
 	return e, nil

@@ -27,9 +27,11 @@ const DefaultAddr = web.DefaultAddr
 // serveOpts is everything serve reads from flags and the environment.
 type serveOpts struct {
 	databaseURL string
-	dbMaxConns  int
-	replicas    int
-	demo        bool
+	// readURL is the read replica (--database-read-url); PostgreSQL only.
+	readURL    string
+	dbMaxConns int
+	replicas   int
+	demo       bool
 	// leaseRecheck becomes the store's LeaseRecheck.
 	leaseRecheck time.Duration
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
@@ -39,7 +41,10 @@ type serveOpts struct {
 	// is loaded (or created) by runServe.
 	checkpointKeyPath string
 	checkpointEvery   time.Duration
-	web               web.Config
+	// retention is the flags' values: 0 keeps the rows forever, where
+	// models.RetentionPolicy's zero means "the default".
+	retention models.RetentionPolicy
+	web       web.Config
 }
 
 // serveFlagSet registers serve's flags, each defaulting to its TASKPILOTS_*
@@ -50,6 +55,11 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.StringVar(&o.databaseURL, "database-url", d.String("TASKPILOTS_DATABASE_URL", models.DefaultDatabaseURL),
 		"postgres://… URL, sqlite:PATH or a path ending in .db (env TASKPILOTS_DATABASE_URL)")
 	redactDefault(fs, "database-url")
+	fs.StringVar(&o.readURL, "database-read-url", d.String("TASKPILOTS_DATABASE_READ_URL", ""),
+		"postgres:// URL of a streaming-replication standby of the database: console lists, the audit trail, metrics and "+
+			"API reads go there, a reader's own writes stay visible to it, and reads use the primary while it is down; "+
+			"PostgreSQL only; empty: every read goes to the primary (env TASKPILOTS_DATABASE_READ_URL)")
+	redactDefault(fs, "database-read-url")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", d.Int("TASKPILOTS_DB_MAX_CONNS", 0),
 		"PostgreSQL connection pool size of this process; 0: 20, or less to fit the server's max_connections "+
 			"shared by --replicas processes; a size that cannot fit is refused at start (env TASKPILOTS_DB_MAX_CONNS)")
@@ -93,6 +103,11 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	checkpointKeyFlag(fs, d, &o.checkpointKeyPath)
 	fs.DurationVar(&o.checkpointEvery, "checkpoint-every", d.Duration("TASKPILOTS_CHECKPOINT_EVERY", web.DefaultCheckpointEvery),
 		"how often to sign a checkpoint over every session's head when anything changed; 0: only on demand (env TASKPILOTS_CHECKPOINT_EVERY)")
+	fs.DurationVar(&o.retention.IdempotencyKeys, "idempotency-key-ttl", d.Duration("TASKPILOTS_IDEMPOTENCY_KEY_TTL", models.DefaultIdempotencyKeyTTL),
+		"how long an idempotency key and its first outcome are kept; a retry with the key after that is a new command; "+
+			"0: keep forever (env TASKPILOTS_IDEMPOTENCY_KEY_TTL)")
+	fs.DurationVar(&o.retention.Rejections, "rejection-retention", d.Duration("TASKPILOTS_REJECTION_RETENTION", models.DefaultRejectionRetention),
+		"how long the per-minute counters of rejected writes (the state conflict rate) are kept; 0: keep forever (env TASKPILOTS_REJECTION_RETENTION)")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots serve [flags]\n\nMigrates the database up, creates the first admin user if there is none,\n"+
 			"seeds demo users and sessions into a new embedded SQLite database (never PostgreSQL),\n"+
@@ -115,6 +130,13 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 		return o, err
 	}
 	v := &models.ValidationError{}
+	if o.readURL != "" {
+		d, _, err := models.ParseDatabaseURL(o.databaseURL)
+		rd, _, rerr := models.ParseDatabaseURL(o.readURL)
+		if err == nil && (rerr != nil || d != models.Postgres || rd != models.Postgres) {
+			v.Add("database-read-url", "needs PostgreSQL: a postgres:// standby of a postgres:// --database-url (SQLite has no read replicas)")
+		}
+	}
 	if o.dbMaxConns < 0 {
 		v.Add("db-max-conns", "must be 0 (derived) or more")
 	}
@@ -140,6 +162,14 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.checkpointEvery == 0 {
 		o.web.CheckpointEvery = -1
 	}
+	for name, dur := range map[string]*time.Duration{"idempotency-key-ttl": &o.retention.IdempotencyKeys, "rejection-retention": &o.retention.Rejections} {
+		switch {
+		case *dur < 0:
+			v.Add(name, "must be 0 (keep forever) or a positive duration")
+		case *dur == 0:
+			*dur = -1 // models: keep forever
+		}
+	}
 	o.web.Reviews.DoubleShare = o.reviewDoubleShare
 	if o.reviewDoubleShare == 0 {
 		o.web.Reviews.DoubleShare = -1
@@ -164,17 +194,21 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas})
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas, ReadURL: o.readURL})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	s.LeaseRecheck = o.leaseRecheck
+	s.Retention = o.retention
 	if err := prepareServe(ctx, env, s, o.demo); err != nil {
 		return err
 	}
 	if o.web.CheckpointKey, err = checkpointKey(env, o.databaseURL, o.checkpointKeyPath, true); err != nil {
 		return fmt.Errorf("checkpoint key: %w", err)
+	}
+	if o.readURL != "" {
+		env.log.Info("reads may use a read replica", "database_read", redactURL(o.readURL))
 	}
 	env.log.Info("starting TaskPilots Handoff", "database", redactURL(s.URL()), "dialect", s.Dialect, "addr", o.web.Addr)
 	if err := web.Serve(ctx, s, o.web); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -374,6 +375,47 @@ func TestServeLogRedactsDatabasePassword(t *testing.T) {
 		"serve -h": h1.stdout + h1.stderr, "migrate status -h": h2.stdout + h2.stderr} {
 		if strings.Contains(out, secret) {
 			t.Errorf("%s printed the database password:\n%s", name, out)
+		}
+	}
+}
+
+// TestServeRetentionFlags: defaults, the variables, 0 as "keep forever".
+func TestServeRetentionFlags(t *testing.T) {
+	env := func(vars map[string]string) *cliEnv {
+		return &cliEnv{stderr: &bytes.Buffer{}, getenv: func(k string) string { return vars[k] }}
+	}
+	o, err := serveFlags(env(nil), nil)
+	if err != nil || o.retention.IdempotencyKeys != 7*24*time.Hour || o.retention.Rejections != 30*24*time.Hour {
+		t.Fatalf("retention defaults = %+v, %v", o.retention, err)
+	}
+	o, err = serveFlags(env(map[string]string{"TASKPILOTS_IDEMPOTENCY_KEY_TTL": "48h", "TASKPILOTS_REJECTION_RETENTION": "0"}), nil)
+	if err != nil || o.retention.IdempotencyKeys != 48*time.Hour || o.retention.Rejections >= 0 {
+		t.Fatalf("retention from env = %+v, %v", o.retention, err)
+	}
+	if _, err := serveFlags(env(nil), []string{"--idempotency-key-ttl", "-1h"}); err == nil || !strings.Contains(err.Error(), "idempotency-key-ttl") {
+		t.Fatalf("negative ttl: %v", err)
+	}
+}
+
+// TestServeReplicaFlag: --database-read-url (and its variable) needs
+// PostgreSQL on both sides, said at start with exit status 2.
+func TestServeReplicaFlag(t *testing.T) {
+	env := func(vars map[string]string) *cliEnv {
+		return &cliEnv{stderr: &bytes.Buffer{}, getenv: func(k string) string { return vars[k] }}
+	}
+	pg := "postgres://u@db:5432/x"
+	o, err := serveFlags(env(map[string]string{"TASKPILOTS_DATABASE_URL": pg, "TASKPILOTS_DATABASE_READ_URL": "postgres://u@standby:5432/x"}), nil)
+	if err != nil || o.readURL != "postgres://u@standby:5432/x" {
+		t.Fatalf("read url from env = %q, %v", o.readURL, err)
+	}
+	for _, args := range [][]string{
+		{"--database-read-url", "postgres://u@standby:5432/x"}, // SQLite default database
+		{"--database-url", pg, "--database-read-url", "sqlite:/tmp/r.db"},
+	} {
+		_, err := serveFlags(env(nil), args)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "database-read-url") || !strings.Contains(err.Error(), "PostgreSQL") {
+			t.Fatalf("serve %v: %v, want a usage error naming database-read-url", args, err)
 		}
 	}
 }
