@@ -409,3 +409,35 @@ func TestFlowConcurrentRate(t *testing.T) {
 		}
 	})
 }
+
+// TestFlowRoundTrips: a lease from a limited queue costs what a lease from
+// a queue without limits costs (TestLifecycleRoundTrips: 2 round trips, 5
+// statements; a batch of n, 4+n): the limits are checked and the bucket
+// written inside the one claim statement.
+func TestFlowRoundTrips(t *testing.T) {
+	s := storetest.New(t, models.Postgres)
+	ctx := context.Background()
+	for range 4 {
+		storetest.Delegated(ctx, t, s, "rt-flow")
+	}
+	n, rate := 10, 100.0
+	if _, err := s.PutQueueFlow(ctx, "test:admin", "", "rt-flow", models.QueueFlowInput{MaxInFlight: &n, MaxLeasesPerSecond: &rate}); err != nil {
+		t.Fatal(err)
+	}
+	st0, rt0 := s.WireStats()
+	if l, err := s.Claim(ctx, "rt-flow", "w-1", "test:worker", "rt-flow-1"); err != nil || l == nil {
+		t.Fatalf("claim = %v, %v", l, err)
+	}
+	st1, rt1 := s.WireStats()
+	if rt1-rt0 != 2 || st1-st0 != 5 {
+		t.Errorf("limited lease: %d round trips, %d statements; want 2 and 5", rt1-rt0, st1-st0)
+	}
+	ls, err := s.ClaimBatch(ctx, "rt-flow", "w-1", "test:worker", "rt-flow-2", 3)
+	st2, rt2 := s.WireStats()
+	if err != nil || len(ls) != 3 {
+		t.Fatalf("batch = %d, %v", len(ls), err)
+	}
+	if rt2-rt1 != 2 || st2-st1 != 4+3 {
+		t.Errorf("limited batch of 3: %d round trips, %d statements; want 2 and 7", rt2-rt1, st2-st1)
+	}
+}
