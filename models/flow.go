@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 )
 
 // Per-queue flow control.
@@ -295,4 +296,32 @@ func (s *Store) QueueFlowGauges(ctx context.Context) ([]QueueFlowGauge, error) {
 		out = append(out, g)
 	}
 	return out, nil
+}
+
+// Recheck intervals of a waiting lease poll on a limited queue: a rate
+// limit is looked at again when its next token is due (at least
+// minFlowRecheck apart), a max_in_flight every inFlightRecheck.
+const (
+	minFlowRecheck  = 20 * time.Millisecond
+	inFlightRecheck = 250 * time.Millisecond
+)
+
+// flowRecheck is how soon a lease poll on queue that found nothing should
+// look again because of the queue's flow limits, or 0 (no limits, or the
+// settings could not be read: the poll keeps its usual interval). One
+// primary-key read, once per waiting poll; the claim itself reads nothing
+// more.
+func (s *Store) flowRecheck(ctx context.Context, queue string) time.Duration {
+	var rows []queueFlowRow
+	if err := s.DB.WithContext(ctx).Where("queue = ?", queue).Limit(1).Find(&rows).Error; err != nil || len(rows) == 0 {
+		return 0
+	}
+	r := rows[0]
+	switch {
+	case r.MaxLeasesPerSecond != nil:
+		return max(minFlowRecheck, time.Duration(float64(time.Second) / *r.MaxLeasesPerSecond))
+	case r.MaxInFlight != nil:
+		return inFlightRecheck
+	}
+	return 0
 }

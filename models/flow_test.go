@@ -441,3 +441,28 @@ func TestFlowRoundTrips(t *testing.T) {
 		t.Errorf("limited batch of 3: %d round trips, %d statements; want 2 and 7", rt2-rt1, st2-st1)
 	}
 }
+
+// TestFlowThrottledPollRechecks: a lease long poll throttled by the rate
+// limit keeps waiting and gets the next token when it is due (4/s: within
+// about 250 ms), not only at the poll's usual one-second recheck; with no
+// work at all it still waits to its end and gets nothing.
+func TestFlowThrottledPollRechecks(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		for range 6 {
+			storetest.Delegated(ctx, t, s, "paced")
+		}
+		rate := 4.0
+		if _, err := s.PutQueueFlow(ctx, "test:admin", "", "paced", models.QueueFlowInput{MaxLeasesPerSecond: &rate}); err != nil {
+			t.Fatal(err)
+		}
+		if ls, err := s.ClaimBatch(ctx, "paced", "w-1", "test:worker", "", 10); err != nil || len(ls) != 4 {
+			t.Fatalf("burst = %d, %v", len(ls), err)
+		}
+		start := time.Now()
+		l, err := s.ClaimWait(ctx, "paced", "w-1", "test:worker", "", 3*time.Second)
+		if took := time.Since(start); err != nil || l == nil || took > 700*time.Millisecond {
+			t.Fatalf("throttled poll = %v, %v after %v; want a lease within about 250ms", l, err, took)
+		}
+	})
+}

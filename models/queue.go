@@ -677,10 +677,17 @@ func (s *Store) claimWait(ctx context.Context, queue, worker string, wait time.D
 	// and the wait still wakes this poll (the channel keeps one signal).
 	ch, unsubscribe := s.Wake.Subscribe(queue)
 	defer unsubscribe()
-	for {
+	for first := true; ; first = false {
 		got, err := claim()
 		if err != nil || got {
 			return got, err
+		}
+		if first && wait > 0 {
+			// A queue with flow limits frees up without any announcement
+			// (a token refills, a lease ends): look again sooner.
+			if d := s.flowRecheck(ctx, queue); d > 0 && d < recheck {
+				recheck = d
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
