@@ -48,6 +48,7 @@ import (
 // Bounds of the flow settings.
 const (
 	MaxFlowInFlight        = 100000
+	MinFlowLeasesPerSecond = 0.001 // one lease per 1000 s
 	MaxFlowLeasesPerSecond = 10000.0
 )
 
@@ -67,8 +68,8 @@ func (in QueueFlowInput) Validate(queue string) error {
 	if in.MaxInFlight != nil && (*in.MaxInFlight < 1 || *in.MaxInFlight > MaxFlowInFlight) {
 		v.Add("max_in_flight", "must be between 1 and %d, or null for no limit", MaxFlowInFlight)
 	}
-	if r := in.MaxLeasesPerSecond; r != nil && (math.IsNaN(*r) || *r <= 0 || *r > MaxFlowLeasesPerSecond) {
-		v.Add("max_leases_per_second", "must be more than 0 and at most %g, or null for no limit", MaxFlowLeasesPerSecond)
+	if r := in.MaxLeasesPerSecond; r != nil && (math.IsNaN(*r) || *r < MinFlowLeasesPerSecond || *r > MaxFlowLeasesPerSecond) {
+		v.Add("max_leases_per_second", "must be between %g and %g, or null for no limit", MinFlowLeasesPerSecond, MaxFlowLeasesPerSecond)
 	}
 	return v.Err()
 }

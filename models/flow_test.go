@@ -139,6 +139,7 @@ func TestFlowValidation(t *testing.T) {
 		ctx := context.Background()
 		neg, zero, huge := -1, 0, models.MaxFlowInFlight+1
 		fneg, fzero, fhuge := -0.5, 0.0, models.MaxFlowLeasesPerSecond*2
+		ftiny := models.MinFlowLeasesPerSecond / 2
 		cases := []struct {
 			queue string
 			in    models.QueueFlowInput
@@ -150,6 +151,7 @@ func TestFlowValidation(t *testing.T) {
 			{"q", models.QueueFlowInput{MaxLeasesPerSecond: &fneg}, "max_leases_per_second"},
 			{"q", models.QueueFlowInput{MaxLeasesPerSecond: &fzero}, "max_leases_per_second"},
 			{"q", models.QueueFlowInput{MaxLeasesPerSecond: &fhuge}, "max_leases_per_second"},
+			{"q", models.QueueFlowInput{MaxLeasesPerSecond: &ftiny}, "max_leases_per_second"},
 			{"bad queue!", models.QueueFlowInput{}, "queue"},
 		}
 		for _, c := range cases {

@@ -103,7 +103,7 @@ func AdminQueuesPage(d AdminQueuesData) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = adminField(d.Errors, "max_leases_per_second", "Max leases per second (up to 10000)", "text", d.Form["max_leases_per_second"]).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = adminField(d.Errors, "max_leases_per_second", "Max leases per second (0.001–10000)", "text", d.Form["max_leases_per_second"]).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

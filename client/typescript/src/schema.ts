@@ -670,7 +670,7 @@ export interface paths {
         get: operations["getQueue"];
         /**
          * Set a queue's flow control (max in flight, leases per second)
-         * @description Replaces the queue's settings (an omitted or null field is no limit). Enforced inside the lease claim statement, across every server replica: a lease is never granted that would make the queue's leased and unexpired delegations exceed max_in_flight, and leases are granted at most at max_leases_per_second (token bucket, burst max(1, ceil(rate))). A throttled lease long poll keeps waiting and answers 204 at its end. Changing the rate refills the bucket. Recorded in the admin log (queue.flow_put, before and after). 422 naming the field for a value out of range (max_in_flight 1-100000, max_leases_per_second above 0 up to 10000), a wrong type or an unknown field; nothing is written.
+         * @description Replaces the queue's settings (an omitted or null field is no limit). Enforced inside the lease claim statement, across every server replica: a lease is never granted that would make the queue's leased and unexpired delegations exceed max_in_flight, and leases are granted at most at max_leases_per_second (token bucket, burst max(1, ceil(rate))). A throttled lease long poll keeps waiting and answers 204 at its end. Changing the rate refills the bucket. Recorded in the admin log (queue.flow_put, before and after). 422 naming the field for a value out of range (max_in_flight 1-100000, max_leases_per_second 0.001-10000), a wrong type or an unknown field; nothing is written.
          *
          *     Roles: admin.
          */
