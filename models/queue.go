@@ -316,10 +316,20 @@ type claimedRow struct {
 // pgFlowSQL is the flow-control part of the PostgreSQL claim statements
 // (models/flow.go says why it is race-free): f locks the queue's
 // queue_flow row, when the queue has a limit, and computes the free slots
-// and the bucket's tokens now; flowLimitSQL is the LIMIT of the pick (the
-// wanted number, or fewer); pgFlowUpdateSQL writes the row back when the
-// claim granted anything. A queue without a row gets LIMIT wanted, as
-// before. Arguments: now, now, queue.
+// and the bucket's tokens now; pgFlowLimitSQL is how many of the picked
+// delegations may be leased (the wanted number, or fewer); pgFlowUpdateSQL
+// writes the row back when the claim granted anything. A queue without a
+// row may lease all it wanted, as before. Arguments: now, now, queue.
+//
+// The cap is applied where the picked rows are updated, not as the pick's
+// LIMIT: a LIMIT the planner cannot know is estimated as a tenth of the
+// queue, which turns the update's join into a scan of delegations
+// (TestClaimPlansWithFlow). The pick keeps its constant LIMIT and the
+// index read; rows picked beyond the cap stay locked, unchanged, until
+// the claim's transaction ends (on a limited queue the next claim waits
+// for the queue's row anyway). The cap is evaluated before the first
+// update (a one-time filter, or the first row's check), so the in-flight
+// count never sees this statement's own leases.
 const pgFlowSQL = `f AS MATERIALIZED (
 	SELECT queue,
 	    CASE WHEN max_in_flight IS NOT NULL
@@ -332,8 +342,8 @@ const pgFlowSQL = `f AS MATERIALIZED (
 	FOR UPDATE
 )`
 
-// pgFlowLimitSQL is the pick's LIMIT; argument: the wanted number (three
-// times).
+// pgFlowLimitSQL is the number of leases the claim may grant; argument:
+// the wanted number (four times).
 const pgFlowLimitSQL = `(SELECT coalesce(min(greatest(0, least(coalesce(f.slots, ?::int),
 	coalesce(floor(f.tokens_now)::int, ?::int), ?::int))), ?::int) FROM f)`
 
@@ -346,10 +356,15 @@ const pgFlowUpdateSQL = `fu AS (
 	FROM f WHERE q.queue = f.queue AND EXISTS (SELECT 1 FROM c)
 )`
 
-// pgFlowArgs are the arguments of pgFlowSQL, the pick's queue and time,
-// and pgFlowLimitSQL, in the order the claim statements take them.
-func pgFlowArgs(queue string, now UTCTime, want int) []any {
-	return []any{now, now, queue, queue, now, want, want, want, want}
+// pgClaimArgs are the arguments of claimSQL (batch false: token is the
+// lease token) or claimBatchSQL (batch: token is the array of tokens) on
+// PostgreSQL, in the order the statements take them.
+func pgClaimArgs(batch bool, queue, token, worker string, now UTCTime, want int) []any {
+	args := []any{now, now, queue, queue, now} // f, then the pick
+	if batch {
+		args = append(args, want) // the pick's LIMIT
+	}
+	return append(args, token, worker, now, now, want, want, want, want, now) // c's SET, the cap, fu
 }
 
 // claimSQL claims the next available delegation of a queue in one
@@ -362,13 +377,13 @@ func (s *Store) claimSQL() string {
 	SELECT id FROM delegations
 	WHERE queue = ? AND status = 'queued' AND available_at <= ?::timestamptz
 	ORDER BY priority, available_at, id
-	LIMIT ` + pgFlowLimitSQL + `
+	LIMIT 1
 	FOR UPDATE SKIP LOCKED
 ), c AS (
 	UPDATE delegations AS d
 	SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?::timestamptz,
 	    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
-	FROM next WHERE d.id = next.id
+	FROM next WHERE d.id = next.id AND ` + pgFlowLimitSQL + ` >= 1
 	RETURNING d.id AS claimed_id, d.session_id AS claimed_session_id, d.step AS claimed_step,
 	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
 	    d.lease_expires_at AS claimed_lease_expires_at,
@@ -403,7 +418,7 @@ RETURNING id AS claimed_id, session_id AS claimed_session_id, step AS claimed_st
 // claimArgs are claimSQL's arguments.
 func (s *Store) claimArgs(queue, token, worker string, now UTCTime) []any {
 	if s.Dialect == Postgres {
-		return append(pgFlowArgs(queue, now, 1), token, worker, now, now, now)
+		return pgClaimArgs(false, queue, token, worker, now, 1)
 	}
 	return []any{token, worker, now, now.String(), queue, now, now, now.String(), queue}
 }
@@ -495,7 +510,7 @@ const claimBatchSQL = `WITH ` + pgFlowSQL + `, next AS (
 	SELECT id, priority, available_at FROM delegations
 	WHERE queue = ? AND status = 'queued' AND available_at <= ?::timestamptz
 	ORDER BY priority, available_at, id
-	LIMIT ` + pgFlowLimitSQL + `
+	LIMIT ?
 	FOR UPDATE SKIP LOCKED
 ), numbered AS (
 	SELECT id, row_number() OVER (ORDER BY priority, available_at, id) AS rn FROM next
@@ -503,7 +518,7 @@ const claimBatchSQL = `WITH ` + pgFlowSQL + `, next AS (
 	UPDATE delegations AS d
 	SET status = 'leased', lease_token = (?::text[])[numbered.rn], leased_by = ?, updated_at = ?::timestamptz,
 	    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
-	FROM numbered WHERE d.id = numbered.id
+	FROM numbered WHERE d.id = numbered.id AND numbered.rn <= ` + pgFlowLimitSQL + `
 	RETURNING numbered.rn AS claimed_rn, d.id AS claimed_id, d.session_id AS claimed_session_id, d.step AS claimed_step,
 	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
 	    d.lease_expires_at AS claimed_lease_expires_at, d.lease_token AS claimed_lease_token,
@@ -546,7 +561,7 @@ func (s *Store) ClaimBatch(ctx context.Context, queue, worker, actor, idemKey st
 			// An array literal, as one text argument (a Go slice would be
 			// expanded into a list); tokens are base64url, nothing to quote.
 			arr := "{" + strings.Join(tokens, ",") + "}"
-			args := append(pgFlowArgs(queue, now, max), arr, worker, now, now, now)
+			args := pgClaimArgs(true, queue, arr, worker, now, max)
 			rows, err := selectTx[claimedRow](tx, claimBatchSQL, args...)
 			if err != nil {
 				return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
