@@ -35,7 +35,11 @@ import (
 //     serialised on one row for the length of their transaction; claims on
 //     other queues are not affected. Leases end (results, expiry, pauses)
 //     without touching the row: a count that misses such an end only ever
-//     counts too many, never too few.
+//     counts too many, never too few. Both pieces are needed: without the
+//     write-back a waiting claim keeps the count it made before the lock,
+//     and a count in the statement's own snapshot misses leases committed
+//     while it waited (TestFlowConcurrentMaxInFlight and
+//     TestFlowMultiProcess then see 7 to 12 leases out with a limit of 3).
 //   - SQLite has one writer at a time: the claim is an UPDATE, so it holds
 //     the write lock while its subquery counts and reads the bucket, and
 //     the trigger delegations_lease_flow takes the token in the same
