@@ -238,6 +238,12 @@ func (c *Client) attempt(ctx context.Context, r request, u string, body []byte, 
 		req.Header.Set("Idempotency-Key", key)
 	}
 	req.Header.Set("User-Agent", c.userAgent)
+	if tp, ts := Traceparent(ctx); tp != "" {
+		req.Header.Set("traceparent", tp)
+		if ts != "" {
+			req.Header.Set("tracestate", ts)
+		}
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

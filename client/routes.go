@@ -84,3 +84,44 @@ func (c *Client) DrainRoute(ctx context.Context, step string, limit int, opts ..
 	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/routes/" + esc(step) + "/drain", body: body, out: &out}, opts)
 	return out, err
 }
+
+// QueueFlowInput is a queue's flow control: nil is no limit. PutQueue
+// replaces both.
+type QueueFlowInput struct {
+	MaxInFlight        *int     `json:"max_in_flight"`
+	MaxLeasesPerSecond *float64 `json:"max_leases_per_second"`
+}
+
+// QueueFlow is a queue's flow settings with its leased, unexpired count.
+type QueueFlow struct {
+	Queue              string     `json:"queue"`
+	MaxInFlight        *int       `json:"max_in_flight"`
+	MaxLeasesPerSecond *float64   `json:"max_leases_per_second"`
+	Burst              *float64   `json:"burst"`
+	InFlight           int64      `json:"in_flight"`
+	UpdatedBy          string     `json:"updated_by,omitempty"`
+	UpdatedAt          *time.Time `json:"updated_at,omitempty"`
+}
+
+// PutQueue sets a queue's flow control (admin).
+func (c *Client) PutQueue(ctx context.Context, queue string, in QueueFlowInput, opts ...CallOption) (QueueFlow, error) {
+	var out QueueFlow
+	err := c.do(ctx, request{method: http.MethodPut, path: "/api/v1/queues/" + esc(queue), body: in, out: &out}, opts)
+	return out, err
+}
+
+// GetQueue returns a queue's flow settings and in-flight count.
+func (c *Client) GetQueue(ctx context.Context, queue string) (QueueFlow, error) {
+	var out QueueFlow
+	err := c.do(ctx, request{method: http.MethodGet, path: "/api/v1/queues/" + esc(queue), out: &out}, nil)
+	return out, err
+}
+
+// Queues lists the queues with flow settings or leases out, by name.
+func (c *Client) Queues(ctx context.Context) ([]QueueFlow, error) {
+	var out struct {
+		Queues []QueueFlow `json:"queues"`
+	}
+	err := c.do(ctx, request{method: http.MethodGet, path: "/api/v1/queues", out: &out}, nil)
+	return out.Queues, err
+}

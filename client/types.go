@@ -220,6 +220,12 @@ type Lease struct {
 	LeaseToken     string    `json:"lease_token"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	Packet         Packet    `json:"packet"`
+	// Traceparent and Tracestate are the W3C trace context of the request
+	// that created the delegation ("" when it had none). Continue the trace
+	// with WithTraceparent(ctx, l.Traceparent, l.Tracestate) (Worker does it
+	// for its handler, heartbeats and result).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // ResultInput is the return contract. Worker.Run fills in LeaseToken,

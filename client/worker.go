@@ -192,6 +192,11 @@ func (w *Worker) slot(ctx, work context.Context, queue string, log *slog.Logger)
 // work runs the handler on one lease with heartbeats and sends its result.
 func (w *Worker) work(parent context.Context, l *Lease, log *slog.Logger) {
 	log = log.With("delegation", l.DelegationID, "session", l.SessionID, "step", l.Step, "attempt", l.Attempt)
+	// The lease's trace continues in the handler, the heartbeats and the
+	// result (unless the caller's context carries a trace of its own).
+	if tp, _ := Traceparent(parent); tp == "" {
+		parent = WithTraceparent(parent, l.Traceparent, l.Tracestate)
+	}
 	hctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	hbDone := make(chan struct{})

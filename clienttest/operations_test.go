@@ -144,6 +144,19 @@ var clientCalls = []struct {
 			Children: []client.ChildInput{{Goal: "Refund order 9", Queue: "refunds", Step: "refund"}}})
 		return err
 	}},
+	{"putQueue", func(ctx context.Context, f *opFixture) error {
+		n := 50
+		_, err := f.admin.PutQueue(ctx, "refunds", client.QueueFlowInput{MaxInFlight: &n})
+		return err
+	}},
+	{"getQueue", func(ctx context.Context, f *opFixture) error {
+		_, err := f.worker.GetQueue(ctx, "refunds")
+		return err
+	}},
+	{"listQueues", func(ctx context.Context, f *opFixture) error {
+		_, err := f.worker.Queues(ctx)
+		return err
+	}},
 	{"putRoute", func(ctx context.Context, f *opFixture) error {
 		_, err := f.controller.PutRoute(ctx, "issue-refund", client.RouteInput{Queue: "refunds", Instructions: "Refund in full."})
 		return err

@@ -92,6 +92,7 @@ func consolePages(t *testing.T, e *env) []consolePage {
 		{name: "verify", path: "/console/admin/verify", narrow: true},
 		{name: "users", path: "/console/admin/users", narrow: true},
 		{name: "tokens", path: "/console/admin/tokens", narrow: true},
+		{name: "queues", path: "/console/admin/queues", narrow: true},
 		{name: "webhooks", path: "/console/admin/webhooks", narrow: true},
 		{name: "webhook", path: "/console/admin/webhooks/" + hook.ID, narrow: true},
 		{name: "password", path: "/console/account/password", narrow: true},

@@ -95,3 +95,56 @@ func TestAdminWebhooksPage(t *testing.T) {
 		}
 	})
 }
+
+// TestAdminQueuesPage: the queue flow control form shows invalid fields
+// inline (and writes nothing), saves with a flash, lists the queue with its
+// settings and in-flight count, and its Edit link prefills the form; the
+// change is in the admin log as the admin user.
+func TestAdminQueuesPage(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		b := newBrowser(t, s, web.Config{})
+		root, _ := agent(t, b, "Root Admin", models.RoleAdmin)
+
+		p := root.submit("/console/admin/queues", "/console/admin/queues", url.Values{"queue": {"refunds"}, "max_in_flight": {"0"}, "max_leases_per_second": {"fast"}})
+		if p.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("invalid form: %d", p.StatusCode)
+		}
+		doc := p.Doc(t)
+		errs := map[string]string{}
+		doc.Find(`[data-testid="field-error"]`).Each(func(_ int, e *goquery.Selection) {
+			f, _ := e.Attr("data-field")
+			errs[f] = e.Text()
+		})
+		if len(errs) != 2 || !strings.Contains(errs["max_in_flight"], "between 1 and") || !strings.Contains(errs["max_leases_per_second"], "number") {
+			t.Fatalf("inline errors = %v", errs)
+		}
+		if v, _ := doc.Find(`input[name="max_leases_per_second"]`).Attr("value"); v != "fast" {
+			t.Errorf("the form lost its input: %q", v)
+		}
+		if fs, _ := s.ListQueueFlows(t.Context()); len(fs) != 0 {
+			t.Fatalf("an invalid form wrote %+v", fs)
+		}
+
+		p = root.submit("/console/admin/queues", "/console/admin/queues", url.Values{"queue": {"refunds"}, "max_in_flight": {"4"}, "max_leases_per_second": {"2.5"}})
+		if p.StatusCode != http.StatusSeeOther {
+			t.Fatalf("save: %d", p.StatusCode)
+		}
+		doc = getDoc(root, "/console/admin/queues")
+		if !strings.Contains(doc.Text(), "Saved the flow control of refunds") {
+			t.Errorf("no flash after saving")
+		}
+		row := doc.Find(`[data-testid="queue-row"][data-queue="refunds"]`)
+		if row.Length() != 1 || squash(row.Find(`[data-field="max_in_flight"]`)) != "4" ||
+			squash(row.Find(`[data-field="max_leases_per_second"]`)) != "2.5" || squash(row.Find(`[data-field="in_flight"]`)) != "0" {
+			t.Fatalf("queue row: %q", squash(row))
+		}
+		doc = getDoc(root, "/console/admin/queues?queue=refunds")
+		if v, _ := doc.Find(`input[name="max_in_flight"]`).Attr("value"); v != "4" {
+			t.Errorf("edit prefill max_in_flight = %q", v)
+		}
+		page, err := s.ListAdminAudit(t.Context(), models.AdminAuditOpts{})
+		if err != nil || len(page.Rows) == 0 || page.Rows[0].Action != models.AdminQueueFlowPut || !strings.HasPrefix(page.Rows[0].Actor, "user:") {
+			t.Fatalf("admin log = %+v, %v", page.Rows, err)
+		}
+	})
+}

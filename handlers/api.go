@@ -55,6 +55,11 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/sessions/:id/notes", a.addNote, a.auth(controllerRoles...))
 
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
+	// Per-queue flow control (models/flow.go): read by every role, set by
+	// admins.
+	g.GET("/queues", a.listQueues, a.auth(readRoles...))
+	g.GET("/queues/:queue", a.getQueue, a.auth(readRoles...))
+	g.PUT("/queues/:queue", a.putQueue, a.auth())
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
 
@@ -101,6 +106,13 @@ func (a *API) auth(roles ...models.Role) echo.MiddlewareFunc {
 				return fmt.Errorf("%w: a %s token may not %s %s", models.ErrForbidden, tok.Role, c.Request().Method, c.Path())
 			}
 			c.Set(tokenKey, tok)
+			// W3C trace context: a valid traceparent (and tracestate) is
+			// kept with the events the request causes; an invalid one is
+			// ignored, as the recommendation says (models/trace.go).
+			h := c.Request().Header
+			if tc := models.ParseTrace(h.Get("traceparent"), h.Get("tracestate")); !tc.IsZero() {
+				c.SetRequest(c.Request().WithContext(models.WithTrace(c.Request().Context(), tc)))
+			}
 			return next(c)
 		}
 	}

@@ -208,6 +208,7 @@ func apiSnapshot(t *testing.T, s *models.Store) string {
 	for _, q := range []struct{ table, order string }{
 		{"sessions", "id"}, {"events", "session_id, seq"}, {"delegations", "id"}, {"idempotency_keys", "scope, key"},
 		{"routes", "step"}, {"admin_audit", "id"}, {"webhooks", "id"}, {"webhook_deliveries", "webhook_id, event_id"},
+		{"queue_flow", "queue"},
 	} {
 		var rows []map[string]any
 		if err := s.DB.Table(q.table).Order(q.order).Find(&rows).Error; err != nil {

@@ -241,6 +241,8 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"DrainRequest":  models.DrainInput{},
 		"BulkRequest":   models.BulkInput{},
 		"BulkFilter":    models.BulkFilter{},
+		// Per-queue flow control.
+		"QueueFlowRequest": models.QueueFlowInput{},
 	} {
 		var schema struct {
 			Properties           map[string]json.RawMessage `json:"properties"`

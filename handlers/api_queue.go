@@ -47,6 +47,10 @@ type leaseView struct {
 	LeaseToken     string         `json:"lease_token"`
 	LeaseExpiresAt models.UTCTime `json:"lease_expires_at"`
 	Packet         models.Packet  `json:"packet"`
+	// Traceparent and Tracestate are the W3C trace context of the request
+	// that created the delegation: the worker continues the trace.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // lease serves POST /queues/{queue}/lease: a long poll that answers 200 with
@@ -91,6 +95,7 @@ func newLeaseView(queue string, l models.Lease) leaseView {
 	return leaseView{
 		Queue: queue, DelegationID: l.DelegationID, SessionID: l.SessionID, Step: l.Step, Attempt: l.Attempt,
 		LeaseToken: l.LeaseToken, LeaseExpiresAt: models.NewUTCTime(l.LeaseExpiresAt), Packet: l.Packet,
+		Traceparent: l.Traceparent, Tracestate: l.Tracestate,
 	}
 }
 

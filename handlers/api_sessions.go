@@ -73,6 +73,10 @@ type eventView struct {
 	Hash           string           `json:"hash"`
 	PrevHash       string           `json:"prev_hash"`
 	CreatedAt      models.UTCTime   `json:"created_at"`
+	// Traceparent and Tracestate: the W3C trace context of the request that
+	// caused the event (metadata, not hashed).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 type eventsPage struct {
@@ -121,6 +125,7 @@ func (a *API) listEvents(c echo.Context) error {
 			ID: e.ID, SessionID: e.SessionID, Seq: e.Seq, Type: e.Type, Actor: e.Actor,
 			VersionBefore: e.VersionBefore, VersionAfter: e.VersionAfter, Payload: payload,
 			IdempotencyKey: e.IdempotencyKey, Hash: e.Hash, PrevHash: e.PrevHash, CreatedAt: e.CreatedAt,
+			Traceparent: e.Traceparent, Tracestate: e.Tracestate,
 		})
 		page.NextAfterSeq = e.Seq
 	}

@@ -73,6 +73,11 @@ type Event struct {
 	PrevHash       string    `json:"prev_hash"`
 	Hash           string    `json:"hash"`
 	CreatedAt      UTCTime   `json:"created_at"`
+	// Traceparent and Tracestate are the W3C trace context of the request
+	// that caused the event ("" for none): metadata, not hashed
+	// (models/trace.go).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // TableName pins the table name for GORM.

@@ -29,3 +29,12 @@ func (s *Store) ReadInRecovery(ctx context.Context) (bool, error) {
 	err := s.read(ctx).Raw(`SELECT pg_is_in_recovery()`).Scan(&b).Error
 	return b, err
 }
+
+// ClaimStatements are the claim statements with their arguments for queue
+// at now (single and a batch of 10), for the plan tests.
+func (s *Store) ClaimStatements(queue string, now UTCTime) map[string][2]any {
+	return map[string][2]any{
+		"single": {s.claimSQL(), s.claimArgs(queue, "lt_x", "w", now)},
+		"batch":  {claimBatchSQL, pgClaimArgs(true, queue, "{a,b,c,d,e,f,g,h,i,j}", "w", now, 10)},
+	}
+}

@@ -57,6 +57,10 @@ type Delegation struct {
 	AvailableAt    UTCTime
 	CreatedAt      UTCTime
 	UpdatedAt      UTCTime
+	// Traceparent and Tracestate are the W3C trace context of the request
+	// that created the delegation (models/trace.go), "" for none.
+	Traceparent string
+	Tracestate  string
 }
 
 // TableName pins the table name for GORM.
@@ -185,14 +189,15 @@ func (s *Store) insertDelegation(p DelegationPayload, availableAt time.Time) fun
 			ID: p.DelegationID, SessionID: next.SessionID, Queue: p.Queue, Step: p.Step,
 			Instructions: p.Instructions, Status: DelegationQueued, Priority: next.Priority, Attempt: 1,
 			MaxAttempts: p.MaxAttempts, LeaseSeconds: p.LeaseSeconds, AvailableAt: avail,
-			CreatedAt: now, UpdatedAt: now,
+			CreatedAt: now, UpdatedAt: now, Traceparent: ev.Traceparent, Tracestate: ev.Tracestate,
 		}
 		tx.Later(failWith("delegation %s: insert", d.ID),
 			`INSERT INTO delegations (id, session_id, queue, step, instructions, status, priority, attempt, max_attempts,
-				lease_seconds, lease_token, leased_by, lease_expires_at, available_at, created_at, updated_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				lease_seconds, lease_token, leased_by, lease_expires_at, available_at, created_at, updated_at, traceparent, tracestate)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			d.ID, d.SessionID, d.Queue, d.Step, d.Instructions, d.Status, d.Priority, d.Attempt, d.MaxAttempts,
-			d.LeaseSeconds, d.LeaseToken, d.LeasedBy, d.LeaseExpiresAt, d.AvailableAt, d.CreatedAt, d.UpdatedAt)
+			d.LeaseSeconds, d.LeaseToken, d.LeasedBy, d.LeaseExpiresAt, d.AvailableAt, d.CreatedAt, d.UpdatedAt,
+			d.Traceparent, d.Tracestate)
 		return DelegationCreated{DelegationID: d.ID}, nil
 	}
 }
@@ -236,6 +241,10 @@ type Lease struct {
 	LeaseToken     string    `json:"lease_token"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	Packet         Packet    `json:"packet"`
+	// Traceparent and Tracestate are the trace context of the request that
+	// created the delegation, for the worker to continue ("" for none).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // LeaseInput is a worker asking for work.
@@ -293,6 +302,10 @@ type claimedRow struct {
 	LeaseExpiresAt UTCTime `gorm:"column:claimed_lease_expires_at" db:"claimed_lease_expires_at"`
 	// LeaseToken is the claimed delegation's own token (batch claims only).
 	LeaseToken string `gorm:"column:claimed_lease_token" db:"claimed_lease_token"`
+	// Traceparent and Tracestate are the W3C trace context of the request
+	// that created the delegation, handed to the worker with the lease.
+	Traceparent string `gorm:"column:claimed_traceparent" db:"claimed_traceparent"`
+	Tracestate  string `gorm:"column:claimed_tracestate" db:"claimed_tracestate"`
 	// RN is the delegation's place in a batch claim (1, 2, ...).
 	RN int64 `gorm:"column:claimed_rn" db:"claimed_rn"`
 	// Session is the claimed delegation's session row, which on PostgreSQL
@@ -300,12 +313,67 @@ type claimedRow struct {
 	Session
 }
 
+// pgFlowSQL is the flow-control part of the PostgreSQL claim statements
+// (models/flow.go says why it is race-free): f locks the queue's
+// queue_flow row, when the queue has a limit, and computes the free slots
+// and the bucket's tokens now; pgFlowLimitSQL is how many of the picked
+// delegations may be leased (the wanted number, or fewer); pgFlowUpdateSQL
+// writes the row back when the claim granted anything. A queue without a
+// row may lease all it wanted, as before. Arguments: now, now, queue.
+//
+// The cap is applied where the picked rows are updated, not as the pick's
+// LIMIT: a LIMIT the planner cannot know is estimated as a tenth of the
+// queue, which turns the update's join into a scan of delegations
+// (TestClaimPlansWithFlow). The pick keeps its constant LIMIT and the
+// index read; rows picked beyond the cap stay locked, unchanged, until
+// the claim's transaction ends (on a limited queue the next claim waits
+// for the queue's row anyway). The cap is evaluated before the first
+// update (a one-time filter, or the first row's check), so the in-flight
+// count never sees this statement's own leases.
+const pgFlowSQL = `f AS MATERIALIZED (
+	SELECT queue,
+	    CASE WHEN max_in_flight IS NOT NULL
+	        THEN max_in_flight - taskpilots_queue_in_flight(queue, ?::timestamptz) END AS slots,
+	    CASE WHEN max_leases_per_second IS NOT NULL
+	        THEN least(burst, tokens + max_leases_per_second *
+	            greatest(0, extract(epoch FROM (?::timestamptz - tokens_at))::float8)) END AS tokens_now
+	FROM queue_flow
+	WHERE queue = ? AND (max_in_flight IS NOT NULL OR max_leases_per_second IS NOT NULL)
+	FOR UPDATE
+)`
+
+// pgFlowLimitSQL is the number of leases the claim may grant; argument:
+// the wanted number (four times).
+const pgFlowLimitSQL = `(SELECT coalesce(min(greatest(0, least(coalesce(f.slots, ?::int),
+	coalesce(floor(f.tokens_now)::int, ?::int), ?::int))), ?::int) FROM f)`
+
+// pgFlowUpdateSQL writes the queue's row back after a grant; argument: now.
+const pgFlowUpdateSQL = `fu AS (
+	UPDATE queue_flow AS q
+	SET tokens = coalesce(f.tokens_now - (SELECT count(*) FROM c), q.tokens),
+	    tokens_at = greatest(q.tokens_at, ?::timestamptz),
+	    leases_granted = q.leases_granted + (SELECT count(*) FROM c)
+	FROM f WHERE q.queue = f.queue AND EXISTS (SELECT 1 FROM c)
+)`
+
+// pgClaimArgs are the arguments of claimSQL (batch false: token is the
+// lease token) or claimBatchSQL (batch: token is the array of tokens) on
+// PostgreSQL, in the order the statements take them.
+func pgClaimArgs(batch bool, queue, token, worker string, now UTCTime, want int) []any {
+	args := []any{now, now, queue, queue, now} // f, then the pick
+	if batch {
+		args = append(args, want) // the pick's LIMIT
+	}
+	return append(args, token, worker, now, now, want, want, want, want, now) // c's SET, the cap, fu
+}
+
 // claimSQL claims the next available delegation of a queue in one
 // statement; on PostgreSQL the same statement locks the session row too, so
-// a claim costs one round trip before its writes.
+// a claim costs one round trip before its writes. The queue's flow limits
+// (models/flow.go) are checked in the same statement.
 func (s *Store) claimSQL() string {
 	if s.Dialect == Postgres {
-		return `WITH next AS (
+		return `WITH ` + pgFlowSQL + `, next AS (
 	SELECT id FROM delegations
 	WHERE queue = ? AND status = 'queued' AND available_at <= ?::timestamptz
 	ORDER BY priority, available_at, id
@@ -315,14 +383,19 @@ func (s *Store) claimSQL() string {
 	UPDATE delegations AS d
 	SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?::timestamptz,
 	    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
-	FROM next WHERE d.id = next.id
+	FROM next WHERE d.id = next.id AND ` + pgFlowLimitSQL + ` >= 1
 	RETURNING d.id AS claimed_id, d.session_id AS claimed_session_id, d.step AS claimed_step,
 	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
-	    d.lease_expires_at AS claimed_lease_expires_at
-)
+	    d.lease_expires_at AS claimed_lease_expires_at,
+	    d.traceparent AS claimed_traceparent, d.tracestate AS claimed_tracestate
+), ` + pgFlowUpdateSQL + `
 SELECT c.*, s.*, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
 JOIN session_states st ON st.session_id = s.id FOR UPDATE OF s, st`
 	}
+	// SQLite: the LIMIT is 0 when the queue's flow limits allow no lease
+	// now (1 without a queue_flow row); the trigger delegations_lease_flow
+	// takes the token. The subquery runs under the write lock the UPDATE
+	// holds, so it sees every lease committed before.
 	return `UPDATE delegations
 SET status = 'leased', lease_token = ?, leased_by = ?, updated_at = ?,
     lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f', ?, '+' || lease_seconds || ' seconds') || '000Z'
@@ -330,10 +403,24 @@ WHERE id IN (
 	SELECT id FROM delegations
 	WHERE queue = ? AND status = 'queued' AND available_at <= ?
 	ORDER BY priority, available_at, id
-	LIMIT 1
+	LIMIT coalesce((SELECT max(0, min(
+		coalesce(f.max_in_flight - (SELECT count(*) FROM delegations l
+			WHERE l.queue = f.queue AND l.status = 'leased' AND l.lease_expires_at > ?), 1),
+		coalesce(CAST(min(f.burst, f.tokens + f.max_leases_per_second *
+			max(0, (julianday(?) - julianday(f.tokens_at)) * 86400.0)) AS INTEGER), 1),
+		1)) FROM queue_flow f WHERE f.queue = ?), 1)
 )
 RETURNING id AS claimed_id, session_id AS claimed_session_id, step AS claimed_step, attempt AS claimed_attempt,
-	instructions AS claimed_instructions, lease_expires_at AS claimed_lease_expires_at`
+	instructions AS claimed_instructions, lease_expires_at AS claimed_lease_expires_at,
+	traceparent AS claimed_traceparent, tracestate AS claimed_tracestate`
+}
+
+// claimArgs are claimSQL's arguments.
+func (s *Store) claimArgs(queue, token, worker string, now UTCTime) []any {
+	if s.Dialect == Postgres {
+		return pgClaimArgs(false, queue, token, worker, now, 1)
+	}
+	return []any{token, worker, now, now.String(), queue, now, now, now.String(), queue}
 }
 
 // Claim leases the next available delegation of queue to worker, or returns
@@ -351,11 +438,7 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 	out, err := s.Idempotent(ctx, actor, idemKey, fp, func(tx *Tx) (Outcome, error) {
 		now := NewUTCTime(s.now())
 		token := newLeaseToken()
-		args := []any{token, worker, now, now.String(), queue, now}
-		if s.Dialect == Postgres {
-			args = []any{queue, now, token, worker, now, now}
-		}
-		c, lock, err := s.claimNext(tx, args)
+		c, lock, err := s.claimNext(tx, s.claimArgs(queue, token, worker, now))
 		if err != nil {
 			return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
 		}
@@ -370,7 +453,8 @@ func (s *Store) Claim(ctx context.Context, queue, worker, actor, idemKey string)
 				lease = Lease{
 					DelegationID: c.ID, SessionID: c.SessionID, Step: c.Step, Attempt: c.Attempt,
 					LeaseToken: token, LeaseExpiresAt: c.LeaseExpiresAt.Time,
-					Packet: BuildPacket(next, c.Instructions),
+					Packet:      BuildPacket(next, c.Instructions),
+					Traceparent: c.Traceparent, Tracestate: c.Tracestate,
 				}
 				return lease, nil
 			},
@@ -422,7 +506,7 @@ func (s *Store) claimNext(tx *Tx, args []any) (*claimedRow, func(*Tx) (Session, 
 // delegation given its own lease token from an array (numbered in claim
 // order), and every claimed delegation's session locked and returned, in
 // claim order.
-const claimBatchSQL = `WITH next AS (
+const claimBatchSQL = `WITH ` + pgFlowSQL + `, next AS (
 	SELECT id, priority, available_at FROM delegations
 	WHERE queue = ? AND status = 'queued' AND available_at <= ?::timestamptz
 	ORDER BY priority, available_at, id
@@ -434,11 +518,12 @@ const claimBatchSQL = `WITH next AS (
 	UPDATE delegations AS d
 	SET status = 'leased', lease_token = (?::text[])[numbered.rn], leased_by = ?, updated_at = ?::timestamptz,
 	    lease_expires_at = ?::timestamptz + make_interval(secs => d.lease_seconds)
-	FROM numbered WHERE d.id = numbered.id
+	FROM numbered WHERE d.id = numbered.id AND numbered.rn <= ` + pgFlowLimitSQL + `
 	RETURNING numbered.rn AS claimed_rn, d.id AS claimed_id, d.session_id AS claimed_session_id, d.step AS claimed_step,
 	    d.attempt AS claimed_attempt, d.instructions AS claimed_instructions,
-	    d.lease_expires_at AS claimed_lease_expires_at, d.lease_token AS claimed_lease_token
-)
+	    d.lease_expires_at AS claimed_lease_expires_at, d.lease_token AS claimed_lease_token,
+	    d.traceparent AS claimed_traceparent, d.tracestate AS claimed_tracestate
+), ` + pgFlowUpdateSQL + `
 SELECT c.*, s.*, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
 JOIN session_states st ON st.session_id = s.id ORDER BY c.claimed_rn FOR UPDATE OF s, st`
 
@@ -476,7 +561,8 @@ func (s *Store) ClaimBatch(ctx context.Context, queue, worker, actor, idemKey st
 			// An array literal, as one text argument (a Go slice would be
 			// expanded into a list); tokens are base64url, nothing to quote.
 			arr := "{" + strings.Join(tokens, ",") + "}"
-			rows, err := selectTx[claimedRow](tx, claimBatchSQL, queue, now, max, arr, worker, now, now)
+			args := pgClaimArgs(true, queue, arr, worker, now, max)
+			rows, err := selectTx[claimedRow](tx, claimBatchSQL, args...)
 			if err != nil {
 				return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
 			}
@@ -486,7 +572,7 @@ func (s *Store) ClaimBatch(ctx context.Context, queue, worker, actor, idemKey st
 		} else {
 			for range max {
 				token := newLeaseToken()
-				c, _, err := s.claimNext(tx, []any{token, worker, now, now.String(), queue, now})
+				c, _, err := s.claimNext(tx, s.claimArgs(queue, token, worker, now))
 				if err != nil {
 					return Outcome{}, fmt.Errorf("claim from queue %s: %w", queue, err)
 				}
@@ -514,7 +600,8 @@ func (s *Store) ClaimBatch(ctx context.Context, queue, worker, actor, idemKey st
 					l := Lease{
 						DelegationID: c.ID, SessionID: c.SessionID, Step: c.Step, Attempt: c.Attempt,
 						LeaseToken: c.LeaseToken, LeaseExpiresAt: c.LeaseExpiresAt.Time,
-						Packet: BuildPacket(next, c.Instructions),
+						Packet:      BuildPacket(next, c.Instructions),
+						Traceparent: c.Traceparent, Tracestate: c.Tracestate,
 					}
 					leases = append(leases, l)
 					return nil, nil
@@ -605,10 +692,17 @@ func (s *Store) claimWait(ctx context.Context, queue, worker string, wait time.D
 	// and the wait still wakes this poll (the channel keeps one signal).
 	ch, unsubscribe := s.Wake.Subscribe(queue)
 	defer unsubscribe()
-	for {
+	for first := true; ; first = false {
 		got, err := claim()
 		if err != nil || got {
 			return got, err
+		}
+		if first && wait > 0 {
+			// A queue with flow limits frees up without any announcement
+			// (a token refills, a lease ends): look again sooner.
+			if d := s.flowRecheck(ctx, queue); d > 0 && d < recheck {
+				recheck = d
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {

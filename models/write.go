@@ -478,6 +478,9 @@ func (s *Store) step(tx *Tx, cmd Command, creates bool, row Session, cur State) 
 		VersionBefore: cur.Version, VersionAfter: cur.Version + VersionStep(cmd.Type), Payload: string(body),
 		PrevHash: row.LastHash, CreatedAt: now,
 	}
+	if tc := TraceFrom(tx.ctx); !tc.IsZero() {
+		ev.Traceparent, ev.Tracestate = tc.Traceparent, tc.Tracestate
+	}
 	if cmd.IdempotencyKey != "" {
 		k := cmd.IdempotencyKey
 		ev.IdempotencyKey = &k
@@ -545,7 +548,7 @@ var updateSessionSet = `UPDATE sessions SET ` + strings.Join(projectionColumns, 
 // (models/feed.go): the writing transaction's id on PostgreSQL, the highest
 // feed_xid so far plus one on SQLite (one writer at a time: write order is
 // commit order).
-const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at, feed_xid)`
+const insertEventCols = `(id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at, traceparent, tracestate, feed_xid)`
 
 // appendEvent queues the projection write (an insert, or an update
 // conditional on the seq read, beforeSeq) and the event. On PostgreSQL the two are
@@ -579,7 +582,7 @@ func (s *Store) appendEvent(tx *Tx, creates bool, p Session, beforeSeq int64, ev
 		return nil
 	}
 	evArgs := []any{ev.ID, ev.SessionID, ev.Seq, ev.Type, ev.Actor, ev.VersionBefore, ev.VersionAfter,
-		ev.Payload, ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt}
+		ev.Payload, ev.IdempotencyKey, ev.PrevHash, ev.Hash, ev.CreatedAt, ev.Traceparent, ev.Tracestate}
 	var args []any
 	if creates {
 		args = append([]any{p.ID, p.CreatedAt}, p.projectionValues()...)
@@ -616,8 +619,8 @@ var (
 	VALUES (?, ?` + strings.Repeat(", ?", len(projectionColumns)) + `)`
 	insertState            = `INSERT INTO session_states (state, session_id) VALUES (?, ?)`
 	updateState            = `UPDATE session_states SET state = ? WHERE session_id = ?`
-	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(feed_xid), 0) + 1 FROM events))`
-	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz, pg_current_xact_id()::text::bigint)`
+	insertEvent            = `INSERT INTO events ` + insertEventCols + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT coalesce(max(feed_xid), 0) + 1 FROM events))`
+	withEvent              = `INSERT INTO events ` + insertEventCols + ` VALUES (?, (SELECT id FROM w), ?::bigint, ?, ?, ?::bigint, ?::bigint, ?, ?, ?, ?, ?::timestamptz, ?, ?, pg_current_xact_id()::text::bigint)`
 	insertSessionWithEvent = `WITH w AS (` + insertSession + ` RETURNING id), ws AS (INSERT INTO session_states (session_id, state) SELECT id, ?::text FROM w) ` + withEvent
 	updateSessionWithEvent = `WITH w AS (` + updateSessionSet + ` RETURNING id), ws AS (UPDATE session_states SET state = ?::text WHERE session_id = (SELECT id FROM w)) ` + withEvent
 )

@@ -284,6 +284,17 @@ var (
 		"Sessions open with a next_step that has no route, by the queue they were last delegated to (the queue whose worker named the step).", []string{"queue"}, nil)
 )
 
+// The per-queue flow limits (models/flow.go), reported for the queues that
+// have them.
+var (
+	queueMaxInFlightDesc = prometheus.NewDesc("taskpilots_queue_max_in_flight",
+		"The queue's max_in_flight: at most this many of its delegations leased and unexpired at once (queues with the limit only).", []string{"queue"}, nil)
+	queueMaxRateDesc = prometheus.NewDesc("taskpilots_queue_max_leases_per_second",
+		"The queue's max_leases_per_second (queues with the limit only).", []string{"queue"}, nil)
+	queueTokensDesc = prometheus.NewDesc("taskpilots_queue_lease_tokens",
+		"Leases the queue's token bucket would grant right now (queues with a rate limit only).", []string{"queue"}, nil)
+)
+
 // queueCollector reports the per-queue gauges. They are read from the
 // database when Prometheus scrapes, in one statement over partial indexes
 // (models.QueueGauges), never on the request path, and agree across
@@ -301,6 +312,9 @@ func (q *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueInFlightDesc
 	ch <- queueOldestDesc
 	ch <- queueStalledDesc
+	ch <- queueMaxInFlightDesc
+	ch <- queueMaxRateDesc
+	ch <- queueTokensDesc
 }
 
 // Collect implements prometheus.Collector. When the database does not
@@ -325,6 +339,21 @@ func (q *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueInFlightDesc, prometheus.GaugeValue, float64(g.InFlight), g.Queue)
 		ch <- prometheus.MustNewConstMetric(queueOldestDesc, prometheus.GaugeValue, age, g.Queue)
 		ch <- prometheus.MustNewConstMetric(queueStalledDesc, prometheus.GaugeValue, float64(g.Stalled), g.Queue)
+	}
+	flows, err := q.store.QueueFlowGauges(ctx)
+	if err != nil {
+		q.log.Warn("queue flow gauges", "err", err)
+		ch <- prometheus.NewInvalidMetric(queueMaxInFlightDesc, err)
+		return
+	}
+	for _, f := range flows {
+		if f.MaxInFlight != nil {
+			ch <- prometheus.MustNewConstMetric(queueMaxInFlightDesc, prometheus.GaugeValue, float64(*f.MaxInFlight), f.Queue)
+		}
+		if f.MaxLeasesPerSecond != nil {
+			ch <- prometheus.MustNewConstMetric(queueMaxRateDesc, prometheus.GaugeValue, *f.MaxLeasesPerSecond, f.Queue)
+			ch <- prometheus.MustNewConstMetric(queueTokensDesc, prometheus.GaugeValue, f.Tokens, f.Queue)
+		}
 	}
 }
 

@@ -52,3 +52,36 @@ func TestQueueGauges(t *testing.T) {
 		})
 	})
 }
+
+// TestQueueFlowGauges: a queue's flow limits are gauges per queue, only for
+// the limits it has; the bucket shows what it would grant now.
+func TestQueueFlowGauges(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+		clock := &testClock{now: t0}
+		s.Now = clock.Now
+		m := newMetrics(s)
+		four, rate := 4, 2.0
+		if _, err := s.PutQueueFlow(ctx, "test:admin", "", "refunds", models.QueueFlowInput{MaxInFlight: &four, MaxLeasesPerSecond: &rate}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.PutQueueFlow(ctx, "test:admin", "", "billing", models.QueueFlowInput{MaxInFlight: &four}); err != nil {
+			t.Fatal(err)
+		}
+		storetest.Delegated(ctx, t, s, "refunds")
+		if l, err := s.Claim(ctx, "refunds", "w-1", "test:worker", ""); err != nil || l == nil {
+			t.Fatal(l, err)
+		}
+		body := scrape(t, m.handler())
+		wantSamples(t, body, map[string]float64{
+			`taskpilots_queue_max_in_flight{queue="refunds"}`:         4,
+			`taskpilots_queue_max_in_flight{queue="billing"}`:         4,
+			`taskpilots_queue_max_leases_per_second{queue="refunds"}`: 2,
+			`taskpilots_queue_lease_tokens{queue="refunds"}`:          1,
+		})
+		if _, ok := body[`taskpilots_queue_max_leases_per_second{queue="billing"}`]; ok {
+			t.Fatalf("a rate gauge for a queue without a rate: %v", body)
+		}
+	})
+}

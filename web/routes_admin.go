@@ -48,6 +48,9 @@ func reviewAdminRoutes(e *echo.Echo, s *models.Store, cfg Config) {
 	e.POST("/console/admin/tokens", handlers.AdminCreateToken(s), admins)
 	e.POST("/console/admin/tokens/:id/revoke", handlers.AdminRevokeToken(s), admins)
 
+	e.GET("/console/admin/queues", handlers.AdminQueues(s), admins)
+	e.POST("/console/admin/queues", handlers.AdminPutQueue(s), admins)
+
 	e.GET("/console/admin/webhooks", handlers.AdminWebhooks(s), admins)
 	e.POST("/console/admin/webhooks", handlers.AdminCreateWebhook(s), admins)
 	e.GET("/console/admin/webhooks/:id", handlers.AdminWebhook(s), admins)

@@ -44,6 +44,9 @@ export type FeedPage = S["FeedPage"];
 export type RouteRequest = S["RouteRequest"];
 export type Route = S["Route"];
 export type RouteList = S["RouteList"];
+export type QueueFlowRequest = S["QueueFlowRequest"];
+export type QueueFlow = S["QueueFlow"];
+export type QueueFlowList = S["QueueFlowList"];
 export type DrainRequest = S["DrainRequest"];
 export type DrainResult = S["DrainResult"];
 export type WebhookRequest = S["WebhookRequest"];
@@ -368,6 +371,21 @@ export class Client {
       yield* page.events;
       if (stopWhenIdle && page.events.length === 0) return;
     }
+  }
+
+  // ---------------------------------------------------------------- queues
+
+  /** Set (replace) the flow control of `queue` (admin); null is no limit. */
+  putQueue(queue: string, body: QueueFlowRequest, opts?: CallOptions): Promise<QueueFlow> {
+    return unwrap("PUT", this.api.PUT("/queues/{queue}", { params: { path: { queue } }, body, ...this.write(opts) }));
+  }
+  /** The flow control of `queue` and its in-flight count. */
+  getQueue(queue: string, opts?: CallOptions): Promise<QueueFlow> {
+    return unwrap("GET", this.api.GET("/queues/{queue}", { params: { path: { queue } }, ...this.read(opts) }));
+  }
+  /** The queues with flow control or leases out. */
+  listQueues(opts?: CallOptions): Promise<QueueFlowList> {
+    return unwrap("GET", this.api.GET("/queues", { ...this.read(opts) }));
   }
 
   // ---------------------------------------------------------------- routes

@@ -632,6 +632,56 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/queues": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List queues with flow settings or leases out
+         * @description Every queue that has flow settings or leased delegations, by name, with its settings and in-flight count.
+         *
+         *     Roles: controller, worker (admin may call every operation).
+         */
+        get: operations["listQueues"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/queues/{queue}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A queue's flow settings and in-flight count
+         * @description A queue never configured answers with no limits (nulls). 422 for a malformed queue name.
+         *
+         *     Roles: controller, worker (admin may call every operation).
+         */
+        get: operations["getQueue"];
+        /**
+         * Set a queue's flow control (max in flight, leases per second)
+         * @description Replaces the queue's settings (an omitted or null field is no limit). Enforced inside the lease claim statement, across every server replica: a lease is never granted that would make the queue's leased and unexpired delegations exceed max_in_flight, and leases are granted at most at max_leases_per_second (token bucket, burst max(1, ceil(rate))). A throttled lease long poll keeps waiting and answers 204 at its end. Changing the rate refills the bucket. Recorded in the admin log (queue.flow_put, before and after). 422 naming the field for a value out of range (max_in_flight 1-100000, max_leases_per_second 0.001-10000), a wrong type or an unknown field; nothing is written.
+         *
+         *     Roles: admin.
+         */
+        put: operations["putQueue"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -808,6 +858,10 @@ export interface components {
              * @description RFC 3339, UTC.
              */
             created_at: string;
+            /** @description The W3C traceparent of the request that caused the event (absent when none). Metadata: not part of the hash. */
+            traceparent?: string;
+            /** @description The tracestate of that request, if any. */
+            tracestate?: string;
         };
         EventsPage: {
             events: components["schemas"]["Event"][];
@@ -944,6 +998,10 @@ export interface components {
              */
             lease_expires_at: string;
             packet: components["schemas"]["Packet"];
+            /** @description The W3C traceparent of the request that created the delegation (absent when it had none): send it (or a child span's) as the traceparent header of the heartbeat and result requests to continue the trace across the queue. */
+            traceparent?: string;
+            /** @description The tracestate that came with that traceparent, if any. */
+            tracestate?: string;
         };
         HeartbeatRequest: {
             lease_token: string;
@@ -1462,6 +1520,31 @@ export interface components {
         LeaseBatch: {
             leases: components["schemas"]["Lease"][];
         };
+        /** @description PUT replaces both settings: an omitted or null one is no limit. */
+        QueueFlowRequest: {
+            /** @description At most this many of the queue's delegations leased and unexpired at once; null: no limit. */
+            max_in_flight?: number | null;
+            /** @description Leases granted per second, a token bucket of burst max(1, ceil(rate)); null: no limit. */
+            max_leases_per_second?: number | null;
+        };
+        QueueFlow: {
+            queue: string;
+            max_in_flight: number | null;
+            max_leases_per_second: number | null;
+            /** @description The token bucket's size, max(1, ceil(max_leases_per_second)); null without a rate. */
+            burst: number | null;
+            /**
+             * Format: int64
+             * @description The queue's delegations leased and unexpired now.
+             */
+            in_flight: number;
+            updated_by?: string;
+            /** Format: date-time */
+            updated_at?: string;
+        };
+        QueueFlowList: {
+            queues: components["schemas"]["QueueFlow"][];
+        };
     };
     responses: {
         /** @description The body is missing, not JSON or not a JSON object. */
@@ -1629,6 +1712,21 @@ export interface components {
          * @example whk_01M8PY7QVTPEWG9NXCEDFGQS0R
          */
         WebhookId: string;
+        /**
+         * @description The queue name.
+         * @example refunds
+         */
+        Queue: string;
+        /**
+         * @description W3C Trace Context traceparent (version-trace_id-parent_id-flags). A valid one is stored with every event the request causes (events' traceparent, not part of the hash chain) and with a delegation it creates, which hands it to the worker in its lease. An invalid one is ignored, as the recommendation says; it is never an error. Accepted on every authenticated request.
+         * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+         */
+        Traceparent: string;
+        /**
+         * @description W3C Trace Context tracestate, kept with traceparent (ignored without a valid traceparent, or when it is not a valid list of at most 32 members and 512 bytes).
+         * @example congo=t61rcWkgMzE
+         */
+        Tracestate: string;
     };
     requestBodies: never;
     headers: never;
@@ -2680,6 +2778,16 @@ export interface operations {
             header?: {
                 /** @description Makes the write repeatable; scoped to the caller's token. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description W3C Trace Context traceparent (version-trace_id-parent_id-flags). A valid one is stored with every event the request causes (events' traceparent, not part of the hash chain) and with a delegation it creates, which hands it to the worker in its lease. An invalid one is ignored, as the recommendation says; it is never an error. Accepted on every authenticated request.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+                /**
+                 * @description W3C Trace Context tracestate, kept with traceparent (ignored without a valid traceparent, or when it is not a valid list of at most 32 members and 512 bytes).
+                 * @example congo=t61rcWkgMzE
+                 */
+                tracestate?: components["parameters"]["Tracestate"];
             };
             path: {
                 /**
@@ -2868,6 +2976,16 @@ export interface operations {
             header?: {
                 /** @description Makes the write repeatable; scoped to the caller's token. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description W3C Trace Context traceparent (version-trace_id-parent_id-flags). A valid one is stored with every event the request causes (events' traceparent, not part of the hash chain) and with a delegation it creates, which hands it to the worker in its lease. An invalid one is ignored, as the recommendation says; it is never an error. Accepted on every authenticated request.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+                /**
+                 * @description W3C Trace Context tracestate, kept with traceparent (ignored without a valid traceparent, or when it is not a valid list of at most 32 members and 512 bytes).
+                 * @example congo=t61rcWkgMzE
+                 */
+                tracestate?: components["parameters"]["Tracestate"];
             };
             path: {
                 /** @example refunds */
@@ -2910,6 +3028,16 @@ export interface operations {
             header?: {
                 /** @description Makes the write repeatable; scoped to the caller's token. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description W3C Trace Context traceparent (version-trace_id-parent_id-flags). A valid one is stored with every event the request causes (events' traceparent, not part of the hash chain) and with a delegation it creates, which hands it to the worker in its lease. An invalid one is ignored, as the recommendation says; it is never an error. Accepted on every authenticated request.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+                /**
+                 * @description W3C Trace Context tracestate, kept with traceparent (ignored without a valid traceparent, or when it is not a valid list of at most 32 members and 512 bytes).
+                 * @example congo=t61rcWkgMzE
+                 */
+                tracestate?: components["parameters"]["Tracestate"];
             };
             path: {
                 /**
@@ -2961,6 +3089,16 @@ export interface operations {
             header?: {
                 /** @description Makes the write repeatable; scoped to the caller's token. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description W3C Trace Context traceparent (version-trace_id-parent_id-flags). A valid one is stored with every event the request causes (events' traceparent, not part of the hash chain) and with a delegation it creates, which hands it to the worker in its lease. An invalid one is ignored, as the recommendation says; it is never an error. Accepted on every authenticated request.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+                /**
+                 * @description W3C Trace Context tracestate, kept with traceparent (ignored without a valid traceparent, or when it is not a valid list of at most 32 members and 512 bytes).
+                 * @example congo=t61rcWkgMzE
+                 */
+                tracestate?: components["parameters"]["Tracestate"];
             };
             path: {
                 /**
@@ -3758,6 +3896,140 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+        };
+    };
+    listQueues: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queues. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "queues": [
+                     *         {
+                     *           "queue": "refunds",
+                     *           "max_in_flight": 8,
+                     *           "max_leases_per_second": 5,
+                     *           "burst": 5,
+                     *           "in_flight": 3,
+                     *           "updated_by": "token:admin",
+                     *           "updated_at": "2026-12-01T08:30:00.000000Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueFlowList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+        };
+    };
+    getQueue: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The queue name.
+                 * @example refunds
+                 */
+                queue: components["parameters"]["Queue"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The settings. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "queue": "refunds",
+                     *       "max_in_flight": 8,
+                     *       "max_leases_per_second": 5,
+                     *       "burst": 5,
+                     *       "in_flight": 3,
+                     *       "updated_by": "token:admin",
+                     *       "updated_at": "2026-12-01T08:30:00.000000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueFlow"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["Unprocessable"];
+        };
+    };
+    putQueue: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the write repeatable; scoped to the caller's token. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description The queue name.
+                 * @example refunds
+                 */
+                queue: components["parameters"]["Queue"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "max_in_flight": 8,
+                 *       "max_leases_per_second": 5
+                 *     }
+                 */
+                "application/json": components["schemas"]["QueueFlowRequest"];
+            };
+        };
+        responses: {
+            /** @description The settings as stored, with the in-flight count. */
+            200: {
+                headers: {
+                    /** @description Present (true) when this is the stored answer to an earlier request with the same Idempotency-Key. */
+                    "Idempotent-Replayed"?: "true";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "queue": "refunds",
+                     *       "max_in_flight": 8,
+                     *       "max_leases_per_second": 5,
+                     *       "burst": 5,
+                     *       "in_flight": 3,
+                     *       "updated_by": "token:admin",
+                     *       "updated_at": "2026-12-01T08:30:00.000000Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueFlow"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["Unprocessable"];
         };

@@ -38,6 +38,8 @@ from .models import (
     Lease,
     Packet,
     ProductMetrics,
+    QueueFlow,
+    QueueFlowList,
     Route,
     RouteList,
     SecretRotated,
@@ -383,6 +385,21 @@ class AsyncClient:
                     wait_seconds=wait_seconds, stop_when_idle=stop_when_idle)
 
     # ------------------------------------------------------------------ routes
+
+    async def put_queue(self, queue: str, *, max_in_flight: Optional[int] = None,
+                        max_leases_per_second: Optional[float] = None,
+                        idempotency_key: Optional[str] = None) -> QueueFlow:
+        """Set (replace) the flow control of ``queue`` (admin); None is no limit."""
+        body = dict(max_in_flight=max_in_flight, max_leases_per_second=max_leases_per_second)
+        return await self.request("PUT", f"/queues/{seg(queue)}", body=body, idempotent=True, idempotency_key=idempotency_key)
+
+    async def get_queue(self, queue: str) -> QueueFlow:
+        """The flow control of ``queue`` and its in-flight count."""
+        return await self.request("GET", f"/queues/{seg(queue)}")
+
+    async def list_queues(self) -> QueueFlowList:
+        """The queues with flow control or leases out."""
+        return await self.request("GET", "/queues")
 
     async def put_route(self, step: str, *, queue: str, instructions: Optional[str] = None,
                   lease_seconds: Optional[int] = None, max_attempts: Optional[int] = None,

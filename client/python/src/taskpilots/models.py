@@ -57,6 +57,9 @@ __all__ = [
     'Problem',
     'ProductMetrics',
     'PromptCache',
+    'QueueFlow',
+    'QueueFlowList',
+    'QueueFlowRequest',
     'ReasonCode',
     'Resource',
     'ResultRequest',
@@ -241,6 +244,8 @@ Event = TypedDict('Event', {
     'hash': str,
     'prev_hash': str,
     'created_at': str,
+    'traceparent': NotRequired[str],
+    'tracestate': NotRequired[str],
 })
 
 EventsPage = TypedDict('EventsPage', {
@@ -324,6 +329,8 @@ Lease = TypedDict('Lease', {
     'lease_token': str,
     'lease_expires_at': str,
     'packet': 'Packet',
+    'traceparent': NotRequired[str],
+    'tracestate': NotRequired[str],
 })
 
 LeaseBatch = TypedDict('LeaseBatch', {
@@ -430,6 +437,26 @@ PromptCache = TypedDict('PromptCache', {
     'cached_input_tokens': int,
     'hit_rate': Optional[float],
 })
+
+QueueFlow = TypedDict('QueueFlow', {
+    'queue': str,
+    'max_in_flight': Optional[int],
+    'max_leases_per_second': Optional[float],
+    'burst': Optional[float],
+    'in_flight': int,
+    'updated_by': NotRequired[str],
+    'updated_at': NotRequired[str],
+})
+
+QueueFlowList = TypedDict('QueueFlowList', {
+    'queues': List['QueueFlow'],
+})
+
+QueueFlowRequest = TypedDict('QueueFlowRequest', {
+    'max_in_flight': NotRequired[Optional[int]],
+    'max_leases_per_second': NotRequired[Optional[float]],
+})
+QueueFlowRequest.__doc__ = 'PUT replaces both settings: an omitted or null one is no limit.'
 
 # Why a session escalated: worker (result_type escalated), permanent_failure, retries_exhausted (a transient failure on the last attempt), leases_exhausted (the lease expired on the last attempt), controller (POST /sessions/{id}/escalate), join_conflict, join_timeout (the children did not finish in time or the join can no longer be met). An SLA breach is a marker on an open escalation and has no code.
 ReasonCode = Literal['worker', 'permanent_failure', 'retries_exhausted', 'leases_exhausted', 'controller', 'join_conflict', 'join_timeout']
