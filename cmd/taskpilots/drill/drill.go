@@ -1,4 +1,4 @@
-package main
+package drill
 
 import (
 	"context"
@@ -14,13 +14,6 @@ import (
 
 	"github.com/taskpilots/handoff/models"
 )
-
-func init() {
-	commands["drill"] = command{
-		summary: "run a recovery drill: simulated workers and humans, injected faults, then verify everything",
-		run:     runDrill,
-	}
-}
 
 // drillOpts is everything drill reads from flags and the environment.
 type drillOpts struct {
@@ -64,8 +57,8 @@ type drillOpts struct {
 // ownServers reports whether the drill starts its own server processes.
 func (o drillOpts) ownServers() bool { return o.url == "" }
 
-func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
-	fs := newFlagSet(env, "drill")
+func drillFlags(env *Env, args []string) (drillOpts, error) {
+	fs := env.NewFlagSet("drill")
 	d := &envDefaults{env: env}
 	var o drillOpts
 	fs.StringVar(&o.url, "url", d.String("TASKPILOTS_URL", ""),
@@ -78,7 +71,7 @@ func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
 		"email of an agent or admin console user for the human takeover paths, with --url (env TASKPILOTS_CONSOLE_USER)")
 	fs.StringVar(&o.consolePassword, "console-password", d.String("TASKPILOTS_CONSOLE_PASSWORD", ""),
 		"password of --console-user; prefer the variable (env TASKPILOTS_CONSOLE_PASSWORD)")
-	dbURL := databaseFlag(env, fs)
+	dbURL := env.DatabaseFlag(fs)
 	fs.IntVar(&o.servers, "servers", 2, "server processes to start when there is no --url")
 	fs.IntVar(&o.serverKills, "server-kills", 1, "times a server process is killed with SIGKILL and restarted (own servers only)")
 	fs.BoolVar(&o.restartDB, "restart-db", false, "restart the (local) PostgreSQL server in the middle of the drill")
@@ -104,7 +97,7 @@ func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress on standard error")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the started servers' logs even when the drill passes")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: taskpilots drill [--url URL --controller-token T --worker-token T [--console-user E]] [flags]\n\n"+
+		fmt.Fprintln(env.Stderr, "usage: taskpilots drill [--url URL --controller-token T --worker-token T [--console-user E]] [flags]\n\n"+
 			"Creates its own sessions on its own queue and drives them to an end with simulated\n"+
 			"workers and humans through the public API and the console, injecting faults: worker\n"+
 			"crashes, duplicate and late results, contract violations, pauses, human takeovers,\n"+
@@ -116,14 +109,14 @@ func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
 			"--servers processes of this binary itself.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := env.ParseFlags(fs, args); err != nil {
 		return o, err
 	}
 	if err := d.Err(); err != nil {
 		return o, err
 	}
 	o.databaseURL = *dbURL
-	o.dbGiven = env.getenv("TASKPILOTS_DATABASE_URL") != ""
+	o.dbGiven = env.Getenv("TASKPILOTS_DATABASE_URL") != ""
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "database-url" {
 			o.dbGiven = true
@@ -216,12 +209,13 @@ func (o drillOpts) validate() error {
 		}
 	}
 	if err := v.Err(); err != nil {
-		return &exitError{code: 2, err: err}
+		return &ExitError{Code: 2, Err: err}
 	}
 	return nil
 }
 
-func runDrill(ctx context.Context, env *cliEnv, args []string) error {
+// Run runs the drill command with args (the flags after `taskpilots drill`).
+func Run(ctx context.Context, env *Env, args []string) error {
 	o, err := drillFlags(env, args)
 	if err != nil {
 		return err
@@ -240,16 +234,16 @@ func runDrill(ctx context.Context, env *cliEnv, args []string) error {
 	if !rep.OK {
 		d.dumpServerLogs()
 	}
-	printDrillReport(env.stdout, rep)
+	printDrillReport(env.Stdout, rep)
 	if o.json {
 		b, err := json.Marshal(rep)
 		if err != nil {
 			return fmt.Errorf("encode report: %w", err)
 		}
-		fmt.Fprintln(env.stdout, string(b))
+		fmt.Fprintln(env.Stdout, string(b))
 	}
 	if !rep.OK {
-		return &exitError{code: 1, err: fmt.Errorf("drill failed: %s", plural(rep.ViolationCount, "violation", "violations"))}
+		return &ExitError{Code: 1, Err: fmt.Errorf("drill failed: %s", plural(rep.ViolationCount, "violation", "violations"))}
 	}
 	return nil
 }
@@ -489,3 +483,6 @@ func printDrillReport(w io.Writer, r drillReport) {
 
 // errDrillStopped ends a session script when the scenario is over.
 var errDrillStopped = errors.New("the scenario ended")
+
+// Report is what a drill found (the --json report).
+type Report = drillReport
