@@ -348,7 +348,6 @@ func TestDrillFlags(t *testing.T) {
 	}
 }
 
-
 // lastBytes is the end of b, at most n bytes.
 func lastBytes(b []byte, n int) string {
 	if len(b) > n {

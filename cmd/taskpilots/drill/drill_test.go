@@ -10,6 +10,7 @@ import (
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
+
 // TestLeaseLost checks how the drill reads a lost lease from the event log.
 func TestLeaseLost(t *testing.T) {
 	var seq, version int64
