@@ -55,6 +55,8 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/sessions/:id/notes", a.addNote, a.auth(controllerRoles...))
 
 	g.POST("/queues/:queue/lease", a.lease, a.auth(workerRoles...))
+	// Lease fault injection for recovery drills: admin tokens only.
+	g.POST("/queues/:queue/expire-leases", a.expireLeases, a.auth())
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
 
