@@ -2,19 +2,25 @@ package models
 
 // Lease fault injection for recovery drills against a real queue: expire a
 // share of a queue's live leases at once, as if their workers had gone
-// silent together. Only the lease expiry moves (to now); the rescuer then
-// records delegation.lease_expired and queues each delegation again as its
-// next attempt, exactly as for a lost worker, and the workers still holding
-// them are fenced (their heartbeats and results get 409). `taskpilots drill
+// silent together. The lease expiry moves to now and the rescuer's own code
+// (rescueLease) runs on each at once: delegation.lease_expired by
+// system:rescuer, the delegation queued again as its next attempt (or the
+// session escalated when the attempts are exhausted), exactly as for a lost
+// worker, and the workers still holding them are fenced (their heartbeats
+// and results get 409). The expiry records the worker's real last sign of
+// life (its claim or last heartbeat), so the queue's recovery metrics time
+// the recovery from there, not from a lease length before the injection. `taskpilots drill
 // --queue Q --expire-share F` calls it through POST
 // /api/v1/queues/{queue}/expire-leases and times the recovery.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
+	"time"
 )
 
 // AdminExpireLeases is the admin log action of a lease fault injection.
@@ -85,8 +91,18 @@ func (s *Store) ExpireLeases(ctx context.Context, actor, queue string, in Expire
 		if res.Error != nil {
 			return rep, fmt.Errorf("expire lease of %s: %w", d.ID, res.Error)
 		}
-		if res.RowsAffected == 1 {
-			rep.Expired = append(rep.Expired, ExpiredLease{DelegationID: d.ID, SessionID: d.SessionID, Attempt: d.Attempt, Worker: d.LeasedBy})
+		if res.RowsAffected != 1 {
+			continue
+		}
+		rep.Expired = append(rep.Expired, ExpiredLease{DelegationID: d.ID, SessionID: d.SessionID, Attempt: d.Attempt, Worker: d.LeasedBy})
+		lastSeen := d.LeaseExpiresAt.Time.Add(-time.Duration(d.LeaseSeconds) * time.Second)
+		d.LeaseExpiresAt = NullTime{Time: now, Valid: true}
+		switch err := s.rescueLease(ctx, d, lastSeen); {
+		case err == nil, errors.Is(err, errSkip), ErrorCode(err) == EILLEGAL:
+			// Rescued, or a result or pause got there first (a running
+			// rescuer finishes whatever is left).
+		default:
+			return rep, fmt.Errorf("expire lease of %s: rescue: %w", d.ID, err)
 		}
 	}
 	ids := make([]string, len(rep.Expired))

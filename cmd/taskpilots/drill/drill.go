@@ -52,6 +52,12 @@ type drillOpts struct {
 	json         bool
 	quiet        bool
 	keepLogs     bool
+
+	// The queue fault mode (queuefault.go): expire a share of a real
+	// queue's leases and time its recovery.
+	queue       string
+	expireShare float64
+	adminToken  string
 }
 
 // ownServers reports whether the drill starts its own server processes.
@@ -71,6 +77,10 @@ func drillFlags(env *Env, args []string) (drillOpts, error) {
 		"email of an agent or admin console user for the human takeover paths, with --url (env TASKPILOTS_CONSOLE_USER)")
 	fs.StringVar(&o.consolePassword, "console-password", d.String("TASKPILOTS_CONSOLE_PASSWORD", ""),
 		"password of --console-user; prefer the variable (env TASKPILOTS_CONSOLE_PASSWORD)")
+	against := fs.String("against", "", "same as --url: the deployment to drill (with --queue: whose queue to inject faults into)")
+	fs.StringVar(&o.queue, "queue", "", "inject faults into this real queue of --against instead of running the drill's own scenario: expire --expire-share of its live leases and time the recovery")
+	fs.Float64Var(&o.expireShare, "expire-share", 0, "with --queue: the share of the queue's live leases to expire at once, in (0, 1]")
+	fs.StringVar(&o.adminToken, "admin-token", d.String("TASKPILOTS_ADMIN_TOKEN", ""), "with --queue: an admin API token (env TASKPILOTS_ADMIN_TOKEN)")
 	dbURL := env.DatabaseFlag(fs)
 	fs.IntVar(&o.servers, "servers", 2, "server processes to start when there is no --url")
 	fs.IntVar(&o.serverKills, "server-kills", 1, "times a server process is killed with SIGKILL and restarted (own servers only)")
@@ -97,7 +107,8 @@ func drillFlags(env *Env, args []string) (drillOpts, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress on standard error")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the started servers' logs even when the drill passes")
 	fs.Usage = func() {
-		fmt.Fprintln(env.Stderr, "usage: taskpilots drill [--url URL --controller-token T --worker-token T [--console-user E]] [flags]\n\n"+
+		fmt.Fprintln(env.Stderr, "usage: taskpilots drill [--url URL --controller-token T --worker-token T [--console-user E]] [flags]\n"+
+			"       taskpilots drill --against URL --queue Q --expire-share 0.2 [--duration 2m] [--admin-token T]\n\n"+
 			"Creates its own sessions on its own queue and drives them to an end with simulated\n"+
 			"workers and humans through the public API and the console, injecting faults: worker\n"+
 			"crashes, duplicate and late results, contract violations, pauses, human takeovers,\n"+
@@ -106,7 +117,11 @@ func drillFlags(env *Env, args []string) (drillOpts, error) {
 			"refused for the right reason, replay equals the stored state and every hash chain is\n"+
 			"intact, and reports the product metrics. Exit status 1 on any violation.\n\n"+
 			"Without --url it migrates --database-url, creates tokens and a console user, and runs\n"+
-			"--servers processes of this binary itself.\n\nflags:")
+			"--servers processes of this binary itself.\n\n"+
+			"With --queue it drills a real queue of --against instead: it expires --expire-share\n"+
+			"of the queue's live leases at once (an admin API call) and reports how long the\n"+
+			"rescuer and the queue's workers took to lease each step again, with the queue's\n"+
+			"own metrics before and after. Exit status 1 when one did not recover in --duration.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := env.ParseFlags(fs, args); err != nil {
@@ -122,8 +137,14 @@ func drillFlags(env *Env, args []string) (drillOpts, error) {
 			o.dbGiven = true
 		}
 	})
+	if *against != "" {
+		o.url = *against
+	}
 	if o.timeout == 0 {
 		o.timeout = o.duration + 2*time.Minute
+	}
+	if o.queue != "" {
+		return o, o.validateQueueMode()
 	}
 	if o.parallel == 0 {
 		o.parallel = min(max(o.sessions/3, 4), 32)
@@ -219,6 +240,9 @@ func Run(ctx context.Context, env *Env, args []string) error {
 	o, err := drillFlags(env, args)
 	if err != nil {
 		return err
+	}
+	if o.queue != "" {
+		return runQueueFault(ctx, env, o)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
