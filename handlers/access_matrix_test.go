@@ -148,6 +148,7 @@ var accessMatrix = map[string]routeCase{
 	"GET /console/admin/verify/status":                {want: admins(200)},
 	"POST /console/admin/verify":                      {want: formAccess(403, 403, 303)},
 	"POST /console/admin/checkpoints":                 {want: formAccess(403, 403, 303)},
+	"POST /console/admin/erase":                       {want: formAccess(403, 403, 303)},
 	"GET /console/admin/users":                        {want: admins(200)},
 	"POST /console/admin/users":                       {want: formAccess(403, 403, 422)},
 	"POST /console/admin/users/:id/disable":           {path: "/console/admin/users/usr_missing/disable", want: formAccess(403, 403, 404)},

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -76,6 +77,46 @@ func TestExpireLeasesAPI(t *testing.T) {
 		}
 		if n := countRows(t, s, "delegations", "status = 'queued' AND attempt = 2"); n != 1 {
 			t.Fatalf("%d delegations queued as attempt 2, want 1", n)
+		}
+	})
+}
+
+// TestAdminErase: the verify page's erase form erases a ticket (the
+// session page then shows the scrubbed text), says so in a banner and the
+// admin log; a missing reason or unknown ticket erases nothing and says
+// why; a repeat says there is nothing left.
+func TestAdminErase(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		b := newBrowser(t, s, web.Config{})
+		root, _ := agent(t, b, "Root Admin", models.RoleAdmin)
+		id := escalate(t, s, 2, "T-88")
+		banner := func() string { return getDoc(root, "/console/admin/verify").Find(".banner").Text() }
+		if p := root.submit("/console/admin/verify", "/console/admin/erase", url.Values{"ticket": {"T-88"}}); p.StatusCode != http.StatusSeeOther {
+			t.Fatalf("erase without a reason: %d", p.StatusCode)
+		}
+		if got := banner(); !strings.Contains(got, "Nothing was erased") || !strings.Contains(got, "reason") {
+			t.Fatalf("banner without a reason: %q", got)
+		}
+		root.submit("/console/admin/verify", "/console/admin/erase", url.Values{"ticket": {"T-404"}, "reason": {"request 9"}})
+		if got := banner(); !strings.Contains(got, "Nothing was erased") {
+			t.Fatalf("banner for an unknown ticket: %q", got)
+		}
+		if strings.Contains(getDoc(root, "/console/sessions/"+id).Text(), models.ErasedText) {
+			t.Fatal("erased before the form was sent with a reason")
+		}
+		root.submit("/console/admin/verify", "/console/admin/erase", url.Values{"ticket": {"T-88"}, "reason": {"request 9"}})
+		if got := banner(); !strings.Contains(got, "Ticket T-88 erased: 1 sessions, 2 events") {
+			t.Fatalf("banner: %q", got)
+		}
+		if page := getDoc(root, "/console/sessions/"+id).Text(); strings.Contains(page, "240 EUR") || !strings.Contains(page, models.ErasedText) {
+			t.Fatal("the session page still shows the erased text")
+		}
+		root.submit("/console/admin/verify", "/console/admin/erase", url.Values{"ticket": {"T-88"}, "reason": {"request 9"}})
+		if got := banner(); !strings.Contains(got, "nothing left to erase") {
+			t.Fatalf("banner of a repeat: %q", got)
+		}
+		if got := attrs(getDoc(root, "/console/admin/audit").Find(`[data-testid="admin-log-row"]`), "data-action"); len(got) == 0 || got[0] != models.AdminErase {
+			t.Fatalf("admin log = %v", got)
 		}
 	})
 }
