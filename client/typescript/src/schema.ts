@@ -363,7 +363,7 @@ export interface paths {
         put?: never;
         /**
          * Expire a share of a queue's live leases (fault injection for recovery drills)
-         * @description Expires ceil(share × live leases) of the queue's live leases, chosen at random, as if their workers had gone silent together: each lease expires now and the rescuer's own code runs on it at once, recording delegation.lease_expired (with the worker's real last sign of life) and queueing the delegation again as its next attempt (or escalating when the attempts are exhausted); the workers that held them get 409 on their next heartbeat or result. `taskpilots drill --against URL --queue Q --expire-share F` calls it and times the recovery. Recorded in the admin log (queue.expire_leases). 422 for a share outside (0, 1].
+         * @description Expires ceil(share × live leases) of the queue's live leases, chosen at random, as if their workers had gone silent together: each lease expires now and the rescuer's own code runs on it at once, recording delegation.lease_expired (with the worker's real last sign of life) and queueing the delegation again as its next attempt (or escalating when the attempts are exhausted); the workers that held them get 409 on their next heartbeat or result. `taskpilots drill --against URL --queue Q --expire-share F` calls it and times the recovery. Recorded in the admin log (queue.expire_leases). Not idempotent: every call expires another share of the leases live then (an Idempotency-Key is ignored). 422 for a share outside (0, 1].
          *
          *     Roles: admin tokens only.
          */

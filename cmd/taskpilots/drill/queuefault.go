@@ -17,14 +17,11 @@ package drill
 // status 1 when a delegation did not recover in time.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -140,7 +137,7 @@ func runQueueFault(ctx context.Context, env *Env, o drillOpts) error {
 	}
 	rep.Leased, rep.Expired = inj.Leased, len(inj.Expired)
 	progress("queue %s: expired %d of %d live leases at %s; watching their recovery for up to %s",
-		o.queue, rep.Expired, rep.Leased, inj.At.Time.Format(time.RFC3339), o.duration)
+		o.queue, rep.Expired, rep.Leased, inj.At.Format(time.RFC3339), o.duration)
 	recs := make([]*QueueFaultRecovery, len(inj.Expired))
 	for i, e := range inj.Expired {
 		recs[i] = &QueueFaultRecovery{DelegationID: e.DelegationID, SessionID: e.SessionID, Attempt: e.Attempt}
@@ -156,7 +153,7 @@ func runQueueFault(ctx context.Context, env *Env, o drillOpts) error {
 			if err != nil {
 				return fmt.Errorf("read the events of %s: %w", r.SessionID, err)
 			}
-			observeRecovery(r, evs, inj.At.Time)
+			observeRecovery(r, evs, inj.At)
 			if !r.done {
 				pending++
 			}
@@ -191,7 +188,7 @@ func runQueueFault(ctx context.Context, env *Env, o drillOpts) error {
 	rep.TimeToRescue, rep.TimeToRelease = summarise(rescue), summarise(release)
 	// The metrics window ends at the current whole second: wait until the
 	// last recovery is inside it.
-	last := inj.At.Time.Add(time.Duration(math.Max(rep.TimeToRescue.Max, rep.TimeToRelease.Max) * float64(time.Second)))
+	last := inj.At.Add(time.Duration(math.Max(rep.TimeToRescue.Max, rep.TimeToRelease.Max) * float64(time.Second)))
 	select {
 	case <-ctx.Done():
 	case <-time.After(time.Until(last.Truncate(time.Second).Add(1100 * time.Millisecond))):
@@ -246,35 +243,10 @@ func observeRecovery(r *QueueFaultRecovery, evs []client.Event, at time.Time) {
 	}
 }
 
-// expireLeases calls POST /api/v1/queues/{queue}/expire-leases.
-func expireLeases(ctx context.Context, api *drillAPI, queue string, share float64) (models.ExpireLeasesReport, error) {
-	var out models.ExpireLeasesReport
-	body, _ := json.Marshal(map[string]float64{"share": share})
-	path := "/api/v1/queues/" + url.PathEscape(queue) + "/expire-leases"
-	key := api.key()
-	err := retry(ctx, api, "expire leases", func(i int) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, api.ep(i).base+path, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+api.ctrlT)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return &client.Problem{Method: http.MethodPost, Path: path, Status: resp.StatusCode, Detail: snippetOf(b)}
-		}
-		return json.Unmarshal(b, &out)
-	})
-	return out, err
+// expireLeases calls POST /api/v1/queues/{queue}/expire-leases once: it is
+// not idempotent (a repeat expires another share), so it is not retried.
+func expireLeases(ctx context.Context, api *drillAPI, queue string, share float64) (client.ExpireLeasesResult, error) {
+	return api.ep(0).ctrl.ExpireLeases(ctx, queue, share)
 }
 
 func printQueueFaultReport(w io.Writer, r QueueFaultReport) {
