@@ -202,9 +202,12 @@ func (s *Store) restoreOne(ctx context.Context, by string, o RestoreOpts, r Arch
 			return fmt.Errorf("insert state: %w", err)
 		}
 		// feed_xid 0: below every sequencer horizon, so the events keep the
-		// feed positions they had (or none) and are not fed twice.
+		// feed positions they had (or none) and are not fed twice. The
+		// columns are the transcript's (and the chain's); any other column
+		// of events takes its default.
 		for _, e := range evs {
-			if err := tx.Exec(`INSERT INTO events `+insertEventCols+` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
+			if err := tx.Exec(`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload,
+				idempotency_key, prev_hash, hash, created_at, feed_xid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
 				e.ID, e.SessionID, e.Seq, e.Type, e.Actor, e.VersionBefore, e.VersionAfter, e.Payload,
 				e.IdempotencyKey, e.PrevHash, e.Hash, e.CreatedAt).Error; err != nil {
 				return fmt.Errorf("insert event %d: %w", e.Seq, err)
