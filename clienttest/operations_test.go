@@ -104,6 +104,10 @@ var clientCalls = []struct {
 		}
 		return err
 	}},
+	{"expireLeases", func(ctx context.Context, f *opFixture) error {
+		_, err := f.admin.ExpireLeases(ctx, "quiet-queue", 0.5)
+		return err
+	}},
 	{"heartbeat", func(ctx context.Context, f *opFixture) error {
 		_, err := f.worker.Heartbeat(ctx, f.lease.DelegationID, f.lease.LeaseToken)
 		return err

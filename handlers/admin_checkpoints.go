@@ -44,3 +44,33 @@ func AdminCheckpointWrite(s *models.Store, cp *models.Checkpointer) echo.Handler
 		return c.Redirect(http.StatusSeeOther, "/console/admin/verify")
 	}
 }
+
+// AdminErase serves POST /console/admin/erase: erase one ticket's personal
+// data (models.EraseTicket) and go back to the verify page with what was
+// done, or why not.
+func AdminErase(s *models.Store) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		u := CurrentUser(c)
+		ticket := c.FormValue("ticket")
+		rep, err := s.EraseTicket(c.Request().Context(), *u, ticket, c.FormValue("reason"))
+		var b views.Banner
+		var ve *models.ValidationError
+		switch {
+		case errors.As(err, &ve), models.IsNotFound(err), errors.Is(err, models.ErrEraseRefused):
+			b = views.Banner{Kind: "error", Text: "Nothing was erased: " + err.Error()}
+		case err != nil:
+			return err
+		case rep.Changed == 0:
+			b = views.Banner{Kind: "info", Text: fmt.Sprintf("Ticket %s: nothing left to erase (%d sessions, %d events erased before).", rep.TicketRef, len(rep.Sessions), rep.AlreadyErased)}
+		default:
+			b = views.Banner{Kind: "success", Text: fmt.Sprintf("Ticket %s erased: %d sessions, %d events (erasure %s).", rep.TicketRef, len(rep.Sessions), rep.Events, rep.ErasureID)}
+		}
+		if len(rep.Archived) > 0 {
+			b.Text += fmt.Sprintf(" %d archived sessions of the ticket are in archive files, outside the database: delete those files too (taskpilots erase lists them).", len(rep.Archived))
+		}
+		if err := AddFlash(c, b); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/console/admin/verify")
+	}
+}

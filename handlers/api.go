@@ -60,6 +60,8 @@ func (a *API) Register(g *echo.Group) {
 	g.GET("/queues", a.listQueues, a.auth(readRoles...))
 	g.GET("/queues/:queue", a.getQueue, a.auth(readRoles...))
 	g.PUT("/queues/:queue", a.putQueue, a.auth())
+	// Lease fault injection for recovery drills: admin tokens only.
+	g.POST("/queues/:queue/expire-leases", a.expireLeases, a.auth())
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
 

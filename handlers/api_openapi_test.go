@@ -233,14 +233,15 @@ func TestOpenAPIRequestSchemasMatchModels(t *testing.T) {
 		"ChildSpec":       models.ChildInput{},
 		"Join":            models.JoinInput{},
 		// Answering a request for input (v1.1).
-		"InputRequest":  models.InputInput{},
-		"InputDelegate": models.InputDelegate{},
-		"Usage":         models.Usage{},
-		"NoteRequest":   models.NoteRequest{},
-		"RouteRequest":  models.RouteInput{},
-		"DrainRequest":  models.DrainInput{},
-		"BulkRequest":   models.BulkInput{},
-		"BulkFilter":    models.BulkFilter{},
+		"InputRequest":        models.InputInput{},
+		"InputDelegate":       models.InputDelegate{},
+		"Usage":               models.Usage{},
+		"NoteRequest":         models.NoteRequest{},
+		"RouteRequest":        models.RouteInput{},
+		"DrainRequest":        models.DrainInput{},
+		"ExpireLeasesRequest": models.ExpireLeasesInput{},
+		"BulkRequest":         models.BulkInput{},
+		"BulkFilter":          models.BulkFilter{},
 		// Per-queue flow control.
 		"QueueFlowRequest": models.QueueFlowInput{},
 	} {

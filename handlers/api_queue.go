@@ -166,3 +166,17 @@ func (a *API) submitResult(c echo.Context) error {
 	}
 	return writeOutcome(c, http.StatusOK, out, written(out))
 }
+
+// expireLeases serves POST /queues/{queue}/expire-leases (admin tokens
+// only): a lease fault injection for recovery drills (models.ExpireLeases).
+func (a *API) expireLeases(c echo.Context) error {
+	var in models.ExpireLeasesInput
+	if _, err := bind(c, &in, func() error { return in.Validate() }); err != nil {
+		return err
+	}
+	rep, err := a.Store.ExpireLeases(c.Request().Context(), actor(c), c.Param("queue"), in)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, rep)
+}

@@ -260,6 +260,7 @@ func (s *Store) WriteCheckpoint(ctx context.Context, key *CheckpointKey, by stri
 		matched  int64
 		changed  []checkpointEntry // new leaves to store
 		moved    []sessionHeadRow  // sessions whose head moved: check the prefix
+		restored []sessionHeadRow  // sessions back from the archive: check what was recorded before
 		problems []Problem
 		after    string
 	)
@@ -280,7 +281,11 @@ func (s *Store) WriteCheckpoint(ctx context.Context, key *CheckpointKey, by stri
 		for _, r := range rows {
 			tree.add(LeafHash(CheckpointLeaf(r.ID, r.LastSeq, r.LastHash)))
 			events += r.LastSeq
-			if r.PrevCount == nil {
+			if r.PrevCount == nil || (*r.PrevCount == 0 && *r.PrevHead == "") {
+				// New, or back from the archive after a tombstone (models/restore.go).
+				if r.PrevCount != nil {
+					restored = append(restored, r)
+				}
 				changed = append(changed, checkpointEntry{SessionID: r.ID, EventCount: r.LastSeq, HeadHash: r.LastHash})
 				continue
 			}
@@ -296,7 +301,11 @@ func (s *Store) WriteCheckpoint(ctx context.Context, key *CheckpointKey, by stri
 			return Checkpoint{}, false, err
 		}
 		problems = append(problems, probs...)
-		moved = moved[:0]
+		if probs, err = s.checkRestored(ctx, latest.Seq, restored); err != nil {
+			return Checkpoint{}, false, err
+		}
+		problems = append(problems, probs...)
+		moved, restored = moved[:0], restored[:0]
 		if len(rows) < checkpointBatch {
 			break
 		}
@@ -377,6 +386,34 @@ func (s *Store) checkMoved(ctx context.Context, seq int64, rows []sessionHeadRow
 			probs = append(probs, rewritten(seq, r.ID, *r.PrevCount, r.LastHash, *r.PrevHead))
 		default:
 			ask = append(ask, headProbe{SessionID: r.ID, Seq: *r.PrevCount, Want: *r.PrevHead})
+		}
+	}
+	more, err := s.probeHeads(ctx, seq, ask)
+	return append(probs, more...), err
+}
+
+// checkRestored checks sessions restored from the archive after a
+// checkpoint recorded their archival (a tombstone): the log must extend
+// the head recorded before the tombstone.
+func (s *Store) checkRestored(ctx context.Context, seq int64, rows []sessionHeadRow) ([]Problem, error) {
+	var probs []Problem
+	var ask []headProbe
+	for _, r := range rows {
+		var before []struct {
+			EventCount int64
+			HeadHash   string
+		}
+		if err := s.DB.WithContext(ctx).Raw(`SELECT event_count, head_hash FROM checkpoint_entries
+			WHERE session_id = ? AND checkpoint_seq <= ? AND event_count > 0 ORDER BY checkpoint_seq DESC LIMIT 1`, r.ID, seq).
+			Scan(&before).Error; err != nil {
+			return nil, fmt.Errorf("checkpoint: read the head before archival: %w", err)
+		}
+		switch {
+		case len(before) == 0:
+		case r.LastSeq < before[0].EventCount:
+			probs = append(probs, truncated(seq, r.ID, r.LastSeq, before[0].EventCount))
+		default:
+			ask = append(ask, headProbe{SessionID: r.ID, Seq: before[0].EventCount, Want: before[0].HeadHash})
 		}
 	}
 	more, err := s.probeHeads(ctx, seq, ask)

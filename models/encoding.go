@@ -53,6 +53,9 @@ func ComputeHash(e Event) string {
 	if e.IdempotencyKey != nil {
 		key = *e.IdempotencyKey
 	}
+	if t, ok := parseTombstone(e.Payload); ok {
+		return t.hash(e, key)
+	}
 	payload := json.RawMessage(e.Payload)
 	if !json.Valid(payload) {
 		// A corrupted payload must still hash (to a mismatch), not fail.

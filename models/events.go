@@ -271,6 +271,9 @@ func keepLast[T any](xs []T, n int) []T {
 // state. Live writes and replay both call it, so a session's stored state is
 // by construction what its events replay to. It never mutates s.
 func Apply(s State, e Event) (State, error) {
+	if IsErasedPayload(e.Payload) {
+		return s, fmt.Errorf("apply %s seq %d: %w", e.Type, e.Seq, ErrErasedEvent)
+	}
 	if e.Type == EventSessionCreated {
 		if s.Version != 0 {
 			return s, &IllegalTransitionError{SessionID: s.SessionID, From: s.Status, Event: e.Type, CurrentVersion: s.Version}

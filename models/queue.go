@@ -990,41 +990,7 @@ func (s *Store) rescueExpired(ctx context.Context, limit int) (int, int, error) 
 	}
 	n := 0
 	for _, seen := range due {
-		_, err := s.Execute(ctx, Command{
-			SessionID: seen.SessionID, Type: EventDelegationExpired, Actor: RescuerActor,
-			Prepare: func(tx *Tx, cur State) (any, error) {
-				d, err := s.lockDelegation(tx, seen.ID)
-				if err != nil {
-					return nil, err
-				}
-				if d.Status != DelegationLeased || d.LeaseToken == nil || seen.LeaseToken == nil ||
-					*d.LeaseToken != *seen.LeaseToken || d.LeaseExpiresAt.Time.After(s.now()) {
-					return nil, errSkip
-				}
-				// Heartbeats are not events, so the expiry records the
-				// worker's last sign of life for the recovery time: a claim
-				// and every heartbeat set the expiry to now + lease_seconds
-				// (which never changes on a delegation), so the last of
-				// them was exactly lease_seconds before the expiry.
-				lastSeen := d.LeaseExpiresAt.Time.Add(-time.Duration(d.LeaseSeconds) * time.Second)
-				return ExpiredPayload{
-					DelegationID: d.ID, Attempt: d.Attempt, Worker: d.LeasedBy,
-					NextAttempt: d.Attempt + 1, Exhausted: d.Attempt >= d.MaxAttempts,
-					LastSeenAt: NewUTCTime(lastSeen).String(),
-				}, nil
-			},
-			Effect: func(tx *Tx, next State, ev Event) (any, error) {
-				q := `UPDATE delegations SET status = 'queued', attempt = attempt + 1, lease_token = NULL,
-					lease_expires_at = NULL, leased_by = '', available_at = ?, updated_at = ? WHERE id = ?`
-				args := []any{ev.CreatedAt, ev.CreatedAt, seen.ID}
-				if next.Status == StatusEscalated {
-					q = `UPDATE delegations SET status = 'failed', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`
-					args = []any{ev.CreatedAt, seen.ID}
-				}
-				tx.Later(failWith("delegation %s: rescue", seen.ID), q, args...)
-				return nil, nil
-			},
-		})
+		err := s.rescueLease(ctx, seen, time.Time{})
 		switch {
 		case err == nil:
 			n++
@@ -1035,4 +1001,51 @@ func (s *Store) rescueExpired(ctx context.Context, limit int) (int, int, error) 
 		}
 	}
 	return n, len(due), nil
+}
+
+// rescueLease records the expiry of seen's lease (which must still be the
+// delegation's, and run out) and queues it again as the next attempt, or
+// escalates when the attempts are exhausted. The worker's last sign of
+// life is seenAt when given (a lease fault injection knows it), else the
+// expiry minus the lease length.
+func (s *Store) rescueLease(ctx context.Context, seen Delegation, seenAt time.Time) error {
+	_, err := s.Execute(ctx, Command{
+		SessionID: seen.SessionID, Type: EventDelegationExpired, Actor: RescuerActor,
+		Prepare: func(tx *Tx, cur State) (any, error) {
+			d, err := s.lockDelegation(tx, seen.ID)
+			if err != nil {
+				return nil, err
+			}
+			if d.Status != DelegationLeased || d.LeaseToken == nil || seen.LeaseToken == nil ||
+				*d.LeaseToken != *seen.LeaseToken || d.LeaseExpiresAt.Time.After(s.now()) {
+				return nil, errSkip
+			}
+			// Heartbeats are not events, so the expiry records the
+			// worker's last sign of life for the recovery time: a claim
+			// and every heartbeat set the expiry to now + lease_seconds
+			// (which never changes on a delegation), so the last of
+			// them was exactly lease_seconds before the expiry.
+			lastSeen := d.LeaseExpiresAt.Time.Add(-time.Duration(d.LeaseSeconds) * time.Second)
+			if !seenAt.IsZero() {
+				lastSeen = seenAt
+			}
+			return ExpiredPayload{
+				DelegationID: d.ID, Attempt: d.Attempt, Worker: d.LeasedBy,
+				NextAttempt: d.Attempt + 1, Exhausted: d.Attempt >= d.MaxAttempts,
+				LastSeenAt: NewUTCTime(lastSeen).String(),
+			}, nil
+		},
+		Effect: func(tx *Tx, next State, ev Event) (any, error) {
+			q := `UPDATE delegations SET status = 'queued', attempt = attempt + 1, lease_token = NULL,
+				lease_expires_at = NULL, leased_by = '', available_at = ?, updated_at = ? WHERE id = ?`
+			args := []any{ev.CreatedAt, ev.CreatedAt, seen.ID}
+			if next.Status == StatusEscalated {
+				q = `UPDATE delegations SET status = 'failed', lease_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?`
+				args = []any{ev.CreatedAt, seen.ID}
+			}
+			tx.Later(failWith("delegation %s: rescue", seen.ID), q, args...)
+			return nil, nil
+		},
+	})
+	return err
 }

@@ -81,6 +81,10 @@ func (s *Store) reprojectSession(ctx context.Context, row Session) (bool, error)
 		lastSeq int64
 		last    Event
 	)
+	er, err := s.sessionErasure(ctx, row.ID)
+	if err != nil {
+		return false, err
+	}
 	for {
 		evs, err := s.ListEvents(ctx, row.ID, lastSeq, 1000)
 		if err != nil {
@@ -90,7 +94,7 @@ func (s *Store) reprojectSession(ctx context.Context, row Session) (bool, error)
 			break
 		}
 		for _, e := range evs {
-			next, err := Apply(st, e)
+			next, err := replayEvent(st, e, er)
 			if err != nil {
 				// Leave it as it is: verify names the broken event.
 				s.Logger.Warn("session does not replay; left as stored", "session", row.ID, "seq", e.Seq, "err", err)

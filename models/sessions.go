@@ -246,5 +246,28 @@ func (s *Store) StateAt(ctx context.Context, sessionID string, v int64) (State, 
 	if err := s.read(ctx).Where("session_id = ? AND version_after <= ?", sessionID, v).Order("seq").Find(&evs).Error; err != nil {
 		return State{}, fmt.Errorf("session %s: load events: %w", sessionID, err)
 	}
-	return Replay(evs)
+	er, err := s.sessionErasure(ctx, sessionID)
+	if err != nil || er == nil {
+		if err != nil {
+			return State{}, err
+		}
+		return Replay(evs)
+	}
+	// Erased: the history before the erasure is gone; from its state on,
+	// the later events replay as usual.
+	from, err := er.decodeState()
+	if err != nil {
+		return State{}, err
+	}
+	if v < from.Version {
+		return State{}, &ValidationError{Fields: []FieldError{{Field: "version", Message: fmt.Sprintf(
+			"the session's history before version %d was erased on %s (erasure %s)", from.Version, er.ErasedAt.Time.Format("2006-01-02"), er.ErasureID)}}}
+	}
+	var st State
+	for _, e := range evs {
+		if st, err = replayEvent(st, e, er); err != nil {
+			return st, fmt.Errorf("replay seq %d: %w", e.Seq, err)
+		}
+	}
+	return st, nil
 }

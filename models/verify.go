@@ -107,7 +107,7 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				n, probs, err := checkSession(j.row, j.events)
+				n, probs, err := checkSession(j.row, j.events, j.erasure)
 				results <- verifyResult{n: n, probs: probs, err: err}
 			}
 		}()
@@ -164,6 +164,8 @@ const verifyProgressEvery = 64
 type verifyJob struct {
 	row    Session
 	events []Event
+	// erasure is the session's erasure record, if it was erased.
+	erasure *SessionErasure
 }
 
 type verifyResult struct {
@@ -242,6 +244,14 @@ const verifyReaders = 4
 func (s *Store) sendBatchJobs(ctx context.Context, rows []Session, ids []string, jobs chan<- verifyJob) error {
 	i := 0 // rows[i] is the next session to send
 	var evs []Event
+	batchIDs := make([]string, len(rows))
+	for k, r := range rows {
+		batchIDs[k] = r.ID
+	}
+	erasures, err := s.erasuresOf(ctx, batchIDs)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
 	// send sends every session up to and including upTo: upTo with
 	// the events gathered, those before it (no events) with none.
 	send := func(upTo string) error {
@@ -251,7 +261,7 @@ func (s *Store) sendBatchJobs(ctx context.Context, rows []Session, ids []string,
 				mine = evs
 			}
 			select {
-			case jobs <- verifyJob{row: rows[i], events: mine}:
+			case jobs <- verifyJob{row: rows[i], events: mine, erasure: erasures[rows[i].ID]}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -260,7 +270,7 @@ func (s *Store) sendBatchJobs(ctx context.Context, rows []Session, ids []string,
 		return nil
 	}
 	cur := ""
-	err := s.scanBatchEvents(ctx, rows[0].ID, rows[len(rows)-1].ID, ids, func(e Event) error {
+	err = s.scanBatchEvents(ctx, rows[0].ID, rows[len(rows)-1].ID, ids, func(e Event) error {
 		if e.SessionID != cur {
 			if cur != "" {
 				if err := send(cur); err != nil {
@@ -340,8 +350,11 @@ func (s *Store) scanBatchEvents(ctx context.Context, first, last string, ids []s
 	return nil
 }
 
-// checkSession checks one session against its events (in seq order).
-func checkSession(row Session, evs []Event) (int64, []Problem, error) {
+// checkSession checks one session against its events (in seq order). For
+// an erased session (er), the events up to er.ThroughSeq must be tombstones
+// (their hashes are finished from the tombstones), replay starts from the
+// erasure's state there, and no other event may be a tombstone.
+func checkSession(row Session, evs []Event, er *SessionErasure) (int64, []Problem, error) {
 	var (
 		probs    []Problem
 		st       State
@@ -362,6 +375,13 @@ func checkSession(row Session, evs []Event) (int64, []Problem, error) {
 			add(e.Seq, ProblemSeq, "expected seq %d from version %d, found seq %d with versions %d→%d",
 				lastSeq+1, lastVer, e.Seq, e.VersionBefore, e.VersionAfter)
 		}
+		erasedPayload := IsErasedPayload(e.Payload)
+		switch {
+		case er != nil && e.Seq <= er.ThroughSeq && !erasedPayload:
+			add(e.Seq, ProblemErased, "payload present although the session was erased through seq %d (erasure %s)", er.ThroughSeq, er.ErasureID)
+		case erasedPayload && (er == nil || e.Seq > er.ThroughSeq):
+			add(e.Seq, ProblemErased, "payload replaced by a tombstone without an erasure record")
+		}
 		if got := ComputeHash(e); got != e.Hash {
 			add(e.Seq, ProblemHash, "stored hash %.12s…, content hashes to %.12s…", e.Hash, got)
 		}
@@ -369,7 +389,7 @@ func checkSession(row Session, evs []Event) (int64, []Problem, error) {
 			add(e.Seq, ProblemChain, "prev_hash %.12s… does not match the previous event's hash %.12s…", e.PrevHash, prevHash)
 		}
 		if replayOK {
-			next, err := Apply(st, e)
+			next, err := replayEvent(st, e, er)
 			if err != nil {
 				add(e.Seq, ProblemReplay, "%v", err)
 				replayOK = false
@@ -380,6 +400,9 @@ func checkSession(row Session, evs []Event) (int64, []Problem, error) {
 		prevHash = e.Hash
 		lastSeq = e.Seq
 		lastVer = e.VersionAfter
+	}
+	if er != nil && er.ThroughSeq > lastSeq {
+		add(lastSeq, ProblemErased, "erasure %s covers events through seq %d, the session has %d", er.ErasureID, er.ThroughSeq, lastSeq)
 	}
 	if !replayOK {
 		return count, probs, nil

@@ -38,6 +38,7 @@ func reviewAdminRoutes(e *echo.Echo, s *models.Store, cfg Config) {
 	e.GET("/console/admin/verify/status", handlers.AdminVerifyStatus(s, v), admins)
 	e.POST("/console/admin/verify", handlers.AdminVerifyStart(v), admins)
 	e.POST("/console/admin/checkpoints", handlers.AdminCheckpointWrite(s, cfg.checkpointer), admins)
+	e.POST("/console/admin/erase", handlers.AdminErase(s), admins)
 
 	e.GET("/console/admin/users", handlers.AdminUsers(s), admins)
 	e.POST("/console/admin/users", handlers.AdminCreateUser(s), admins)

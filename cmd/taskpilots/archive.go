@@ -13,7 +13,7 @@ import (
 
 func init() {
 	commands["archive"] = command{
-		summary: "write closed sessions to transcript files and delete them from the database; `archive verify` checks the files",
+		summary: "write closed sessions to transcript files and delete them from the database; `archive verify` checks the files, `archive restore` loads them back",
 		run:     runArchive,
 	}
 }
@@ -40,6 +40,9 @@ func runArchive(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 && args[0] == "verify" {
 		return runArchiveVerify(ctx, env, args[1:])
 	}
+	if len(args) > 0 && args[0] == "restore" {
+		return runArchiveRestore(ctx, env, args[1:])
+	}
 	fs := newFlagSet(env, "archive")
 	dbURL := databaseFlag(env, fs)
 	d := &envDefaults{env: env}
@@ -53,7 +56,8 @@ func runArchive(ctx context.Context, env *cliEnv, args []string) error {
 	checkpointKeyFlag(fs, d, keyPath)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots archive --closed-before 90d --to DIR [flags]\n"+
-			"       taskpilots archive verify --to DIR [--checkpoint-pubkey KEY]\n\n"+
+			"       taskpilots archive verify --to DIR [--checkpoint-pubkey KEY]\n"+
+			"       taskpilots archive restore --from DIR [--session ID]… [--checkpoint-pubkey KEY]\n\n"+
 			"Writes each session closed (completed, rejected, cancelled) before the cut-off\n"+
 			"to DIR as a transcript that `taskpilots verify --transcript` checks offline\n"+
 			"(with the signed checkpoint covering it when a checkpoint key is set), then\n"+
@@ -166,6 +170,72 @@ func runArchiveVerify(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if len(rep.Problems) > 0 {
 		return &exitError{code: 1, err: fmt.Errorf("%d archived sessions do not match their files", len(rep.Problems))}
+	}
+	return nil
+}
+
+// sessionList collects repeated --session flags.
+type sessionList []string
+
+func (l *sessionList) String() string { return strings.Join(*l, ",") }
+
+func (l *sessionList) Set(v string) error {
+	for _, id := range strings.Split(v, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			*l = append(*l, id)
+		}
+	}
+	return nil
+}
+
+func runArchiveRestore(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlagSet(env, "archive restore")
+	dbURL := databaseFlag(env, fs)
+	dir := fs.String("from", "", "the archive directory the files were written to; required")
+	var ids sessionList
+	fs.Var(&ids, "session", "restore only this archived session (repeat, or comma-separate, for several); default: every archived session whose file is in DIR")
+	pubkeys := fs.String("checkpoint-pubkey", env.getenv("TASKPILOTS_CHECKPOINT_PUBKEY"),
+		"public key(s) whose checkpoint signatures count in the transcripts (env TASKPILOTS_CHECKPOINT_PUBKEY)")
+	asJSON := fs.Bool("json", false, "print a JSON report as the last line of standard output")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: taskpilots archive restore --from DIR [--session ID]… [flags]\n\n"+
+			"Loads archived sessions back into the database from their transcript files,\n"+
+			"each checked first (SHA-256 against its archive row, chain, checkpoint proof,\n"+
+			"head): the events exactly as they were, the state replayed from them. A file\n"+
+			"that fails a check is reported and its session stays archived (exit status 1).\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return usageErr("--from DIR is required")
+	}
+	trusted, err := models.ParsePublicKeys(*pubkeys)
+	if err != nil {
+		return usageErr("--checkpoint-pubkey: %v", err)
+	}
+	s, err := openCurrentStore(ctx, env, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	rep, err := s.RestoreArchive(ctx, operator(env), models.RestoreOpts{Dir: *dir, SessionIDs: ids, PublicKeys: trusted})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := json.NewEncoder(env.stdout).Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range rep.Problems {
+			fmt.Fprintf(env.stdout, "%s (%s): not restored: %s\n", p.SessionID, p.File, p.Detail)
+		}
+		fmt.Fprintf(env.stdout, "restored %d sessions (%d events) from %s\n", rep.Restored, rep.Events, *dir)
+	}
+	if len(rep.Problems) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d archived sessions were not restored", len(rep.Problems))}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -165,7 +166,7 @@ func runBenchPages(ctx context.Context, env *cliEnv, args []string) error {
 	return tw.Flush()
 }
 
-// signIn (csrfMeta: the drill's console human) logs in through the login form, as a browser does, and returns a
+// signIn (as the drill's console human) logs in through the login form, as a browser does, and returns a
 // client carrying the login cookie.
 func signIn(ctx context.Context, base, email, password string, conns int) (*http.Client, error) {
 	jar, _ := cookiejar.New(nil)
@@ -178,7 +179,7 @@ func signIn(ctx context.Context, base, email, password string, conns int) (*http
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	m := csrfMeta.FindSubmatch(body)
+	m := csrfMetaTag.FindSubmatch(body)
 	if m == nil || len(m[1]) == 0 {
 		return nil, errors.New("sign in: no CSRF token on the login page")
 	}
@@ -310,3 +311,7 @@ func measurePage(ctx context.Context, c *http.Client, hdr http.Header, base stri
 	}
 	return pageResult{Page: p.name, Path: p.path, P50ms: pct(0.50), P95ms: pct(0.95), P99ms: pct(0.99), Bytes: size, Errors: fails}
 }
+
+// csrfMetaTag finds the console's CSRF token in a page (as the drill's
+// console human does).
+var csrfMetaTag = regexp.MustCompile(`name="csrf-token" content="([^"]*)"`)

@@ -682,6 +682,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/queues/{queue}/expire-leases": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Expire a share of a queue's live leases (fault injection for recovery drills)
+         * @description Expires ceil(share × live leases) of the queue's live leases, chosen at random, as if their workers had gone silent together: each lease expires now and the rescuer's own code runs on it at once, recording delegation.lease_expired (with the worker's real last sign of life) and queueing the delegation again as its next attempt (or escalating when the attempts are exhausted); the workers that held them get 409 on their next heartbeat or result. `taskpilots drill --against URL --queue Q --expire-share F` calls it and times the recovery. Recorded in the admin log (queue.expire_leases). Not idempotent: every call expires another share of the leases live then (an Idempotency-Key is ignored). 422 for a share outside (0, 1].
+         *
+         *     Roles: admin tokens only.
+         */
+        post: operations["expireLeases"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1544,6 +1566,24 @@ export interface components {
         };
         QueueFlowList: {
             queues: components["schemas"]["QueueFlow"][];
+        };
+        ExpireLeasesRequest: {
+            /** @description Share of the queue's live leases to expire. */
+            share: number;
+        };
+        ExpireLeasesResult: {
+            queue: string;
+            share: number;
+            /** @description Live leases the queue had. */
+            leased: number;
+            expired: {
+                delegation_id: string;
+                session_id: string;
+                attempt: number;
+                worker: string;
+            }[];
+            /** Format: date-time */
+            at: string;
         };
     };
     responses: {
@@ -4025,6 +4065,59 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["QueueFlow"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+        };
+    };
+    expireLeases: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example refunds */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "share": 0.2
+                 *     }
+                 */
+                "application/json": components["schemas"]["ExpireLeasesRequest"];
+            };
+        };
+        responses: {
+            /** @description The leases expired. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "queue": "refunds",
+                     *       "share": 0.2,
+                     *       "leased": 5,
+                     *       "expired": [
+                     *         {
+                     *           "delegation_id": "dlg_01J9Z3G4K8M2N5P7Q9R1S3T5V7",
+                     *           "session_id": "ses_01J9Z3F0A2B4C6D8E0F2G4H6J8",
+                     *           "attempt": 1,
+                     *           "worker": "refund-worker-2"
+                     *         }
+                     *       ],
+                     *       "at": "2026-12-01T09:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ExpireLeasesResult"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -35,6 +35,8 @@ __all__ = [
     'Event',
     'EventsPage',
     'Evidence',
+    'ExpireLeasesRequest',
+    'ExpireLeasesResult',
     'Failure',
     'FeedEvent',
     'FeedPage',
@@ -256,6 +258,18 @@ EventsPage = TypedDict('EventsPage', {
 Evidence = TypedDict('Evidence', {
     'claim': str,
     'source': NotRequired[str],
+})
+
+ExpireLeasesRequest = TypedDict('ExpireLeasesRequest', {
+    'share': float,
+})
+
+ExpireLeasesResult = TypedDict('ExpireLeasesResult', {
+    'queue': str,
+    'share': float,
+    'leased': int,
+    'expired': List[Dict[str, Any]],
+    'at': str,
 })
 
 Failure = TypedDict('Failure', {

@@ -1,4 +1,4 @@
-package main
+package drill
 
 import (
 	"context"
@@ -14,13 +14,6 @@ import (
 
 	"github.com/taskpilots/handoff/models"
 )
-
-func init() {
-	commands["drill"] = command{
-		summary: "run a recovery drill: simulated workers and humans, injected faults, then verify everything",
-		run:     runDrill,
-	}
-}
 
 // drillOpts is everything drill reads from flags and the environment.
 type drillOpts struct {
@@ -59,13 +52,19 @@ type drillOpts struct {
 	json         bool
 	quiet        bool
 	keepLogs     bool
+
+	// The queue fault mode (queuefault.go): expire a share of a real
+	// queue's leases and time its recovery.
+	queue       string
+	expireShare float64
+	adminToken  string
 }
 
 // ownServers reports whether the drill starts its own server processes.
 func (o drillOpts) ownServers() bool { return o.url == "" }
 
-func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
-	fs := newFlagSet(env, "drill")
+func drillFlags(env *Env, args []string) (drillOpts, error) {
+	fs := env.NewFlagSet("drill")
 	d := &envDefaults{env: env}
 	var o drillOpts
 	fs.StringVar(&o.url, "url", d.String("TASKPILOTS_URL", ""),
@@ -78,7 +77,11 @@ func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
 		"email of an agent or admin console user for the human takeover paths, with --url (env TASKPILOTS_CONSOLE_USER)")
 	fs.StringVar(&o.consolePassword, "console-password", d.String("TASKPILOTS_CONSOLE_PASSWORD", ""),
 		"password of --console-user; prefer the variable (env TASKPILOTS_CONSOLE_PASSWORD)")
-	dbURL := databaseFlag(env, fs)
+	against := fs.String("against", "", "same as --url: the deployment to drill (with --queue: whose queue to inject faults into)")
+	fs.StringVar(&o.queue, "queue", "", "inject faults into this real queue of --against instead of running the drill's own scenario: expire --expire-share of its live leases and time the recovery")
+	fs.Float64Var(&o.expireShare, "expire-share", 0, "with --queue: the share of the queue's live leases to expire at once, in (0, 1]")
+	fs.StringVar(&o.adminToken, "admin-token", d.String("TASKPILOTS_ADMIN_TOKEN", ""), "with --queue: an admin API token (env TASKPILOTS_ADMIN_TOKEN)")
+	dbURL := env.DatabaseFlag(fs)
 	fs.IntVar(&o.servers, "servers", 2, "server processes to start when there is no --url")
 	fs.IntVar(&o.serverKills, "server-kills", 1, "times a server process is killed with SIGKILL and restarted (own servers only)")
 	fs.BoolVar(&o.restartDB, "restart-db", false, "restart the (local) PostgreSQL server in the middle of the drill")
@@ -104,7 +107,8 @@ func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress on standard error")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the started servers' logs even when the drill passes")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: taskpilots drill [--url URL --controller-token T --worker-token T [--console-user E]] [flags]\n\n"+
+		fmt.Fprintln(env.Stderr, "usage: taskpilots drill [--url URL --controller-token T --worker-token T [--console-user E]] [flags]\n"+
+			"       taskpilots drill --against URL --queue Q --expire-share 0.2 [--duration 2m] [--admin-token T]\n\n"+
 			"Creates its own sessions on its own queue and drives them to an end with simulated\n"+
 			"workers and humans through the public API and the console, injecting faults: worker\n"+
 			"crashes, duplicate and late results, contract violations, pauses, human takeovers,\n"+
@@ -113,24 +117,34 @@ func drillFlags(env *cliEnv, args []string) (drillOpts, error) {
 			"refused for the right reason, replay equals the stored state and every hash chain is\n"+
 			"intact, and reports the product metrics. Exit status 1 on any violation.\n\n"+
 			"Without --url it migrates --database-url, creates tokens and a console user, and runs\n"+
-			"--servers processes of this binary itself.\n\nflags:")
+			"--servers processes of this binary itself.\n\n"+
+			"With --queue it drills a real queue of --against instead: it expires --expire-share\n"+
+			"of the queue's live leases at once (an admin API call) and reports how long the\n"+
+			"rescuer and the queue's workers took to lease each step again, with the queue's\n"+
+			"own metrics before and after. Exit status 1 when one did not recover in --duration.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := env.ParseFlags(fs, args); err != nil {
 		return o, err
 	}
 	if err := d.Err(); err != nil {
 		return o, err
 	}
 	o.databaseURL = *dbURL
-	o.dbGiven = env.getenv("TASKPILOTS_DATABASE_URL") != ""
+	o.dbGiven = env.Getenv("TASKPILOTS_DATABASE_URL") != ""
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "database-url" {
 			o.dbGiven = true
 		}
 	})
+	if *against != "" {
+		o.url = *against
+	}
 	if o.timeout == 0 {
 		o.timeout = o.duration + 2*time.Minute
+	}
+	if o.queue != "" {
+		return o, o.validateQueueMode()
 	}
 	if o.parallel == 0 {
 		o.parallel = min(max(o.sessions/3, 4), 32)
@@ -216,15 +230,19 @@ func (o drillOpts) validate() error {
 		}
 	}
 	if err := v.Err(); err != nil {
-		return &exitError{code: 2, err: err}
+		return &ExitError{Code: 2, Err: err}
 	}
 	return nil
 }
 
-func runDrill(ctx context.Context, env *cliEnv, args []string) error {
+// Run runs the drill command with args (the flags after `taskpilots drill`).
+func Run(ctx context.Context, env *Env, args []string) error {
 	o, err := drillFlags(env, args)
 	if err != nil {
 		return err
+	}
+	if o.queue != "" {
+		return runQueueFault(ctx, env, o)
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -240,16 +258,16 @@ func runDrill(ctx context.Context, env *cliEnv, args []string) error {
 	if !rep.OK {
 		d.dumpServerLogs()
 	}
-	printDrillReport(env.stdout, rep)
+	printDrillReport(env.Stdout, rep)
 	if o.json {
 		b, err := json.Marshal(rep)
 		if err != nil {
 			return fmt.Errorf("encode report: %w", err)
 		}
-		fmt.Fprintln(env.stdout, string(b))
+		fmt.Fprintln(env.Stdout, string(b))
 	}
 	if !rep.OK {
-		return &exitError{code: 1, err: fmt.Errorf("drill failed: %s", plural(rep.ViolationCount, "violation", "violations"))}
+		return &ExitError{Code: 1, Err: fmt.Errorf("drill failed: %s", plural(rep.ViolationCount, "violation", "violations"))}
 	}
 	return nil
 }
@@ -489,3 +507,6 @@ func printDrillReport(w io.Writer, r drillReport) {
 
 // errDrillStopped ends a session script when the scenario is over.
 var errDrillStopped = errors.New("the scenario ended")
+
+// Report is what a drill found (the --json report).
+type Report = drillReport

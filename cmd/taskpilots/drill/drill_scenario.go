@@ -1,4 +1,4 @@
-package main
+package drill
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // drill is one recovery drill: its sessions, its simulated workers and
 // humans, the faults it injects and everything it recorded about them.
 type drill struct {
-	env    *cliEnv
+	env    *Env
 	o      drillOpts
 	suffix string
 	queue  string
@@ -57,7 +57,7 @@ type drill struct {
 	violations []string
 }
 
-func newDrill(env *cliEnv, o drillOpts) *drill {
+func newDrill(env *Env, o drillOpts) *drill {
 	d := &drill{env: env, o: o, byID: map[string]*sessionRun{}, start: time.Now()}
 	d.chaosNow.Store("")
 	return d
@@ -106,14 +106,14 @@ func (d *drill) setup(ctx context.Context) error {
 	if d.o.ownServers() {
 		st := d.st
 		if _, err := st.MigrateUp(ctx); err != nil {
-			return schemaError(err)
+			return d.env.SchemaError(err)
 		}
 		var err error
 		d.ownTok = []string{d.queue + "-controller", d.queue + "-worker"}
 		// The drill's tokens and console user are made (and its tokens
 		// revoked in close) like any CLI change, so that the admin log of
 		// the database it ran against shows them.
-		op := operator(d.env)
+		op := d.env.Operator
 		if ctrlTok, _, err = st.AdminCreateToken(ctx, op, d.ownTok[0], models.RoleController); err != nil {
 			return err
 		}
@@ -223,7 +223,7 @@ func (d *drill) dumpServerLogs() {
 		return
 	}
 	d.o.keepLogs = true
-	fmt.Fprint(d.env.stderr, d.servers.logTails(3000))
+	fmt.Fprint(d.env.Stderr, d.servers.logTails(3000))
 }
 
 // close releases what setup made: servers, the drill's tokens, the store.
@@ -232,8 +232,8 @@ func (d *drill) close() {
 	if st := d.store(); st != nil {
 		for _, name := range d.ownTok {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if _, err := st.AdminRevokeToken(ctx, operator(d.env), name); err != nil {
-				d.env.log.Warn("revoke the drill's token", "name", name, "err", err)
+			if _, err := st.AdminRevokeToken(ctx, d.env.Operator, name); err != nil {
+				d.env.Log.Warn("revoke the drill's token", "name", name, "err", err)
 			}
 			cancel()
 		}
@@ -242,7 +242,7 @@ func (d *drill) close() {
 	switch {
 	case d.logDir == "":
 	case d.o.keepLogs:
-		fmt.Fprintf(d.env.stderr, "drill: the servers' logs are in %s\n", d.logDir)
+		fmt.Fprintf(d.env.Stderr, "drill: the servers' logs are in %s\n", d.logDir)
 	default:
 		os.RemoveAll(d.logDir)
 	}
@@ -564,7 +564,7 @@ func (d *drill) runScenario(ctx context.Context) {
 // progress shows how far the drill is on standard error: one line redrawn
 // with \r on a terminal, a line every five seconds elsewhere.
 func (d *drill) progress(done <-chan struct{}) {
-	tty := isTerminal(d.env.stderr)
+	tty := isTerminal(d.env.Stderr)
 	every := 5 * time.Second
 	if tty {
 		every = 200 * time.Millisecond
@@ -594,18 +594,18 @@ func (d *drill) progress(done <-chan struct{}) {
 		select {
 		case <-done:
 			if tty {
-				fmt.Fprintf(d.env.stderr, "\r%s%s\n", line(), strings.Repeat(" ", 8))
+				fmt.Fprintf(d.env.Stderr, "\r%s%s\n", line(), strings.Repeat(" ", 8))
 			} else {
-				fmt.Fprintln(d.env.stderr, line())
+				fmt.Fprintln(d.env.Stderr, line())
 			}
 			return
 		case <-t.C:
 			l := line()
 			if tty {
-				fmt.Fprintf(d.env.stderr, "\r%s%s", l, strings.Repeat(" ", max(0, last-len(l))))
+				fmt.Fprintf(d.env.Stderr, "\r%s%s", l, strings.Repeat(" ", max(0, last-len(l))))
 				last = len(l)
 			} else {
-				fmt.Fprintln(d.env.stderr, l)
+				fmt.Fprintln(d.env.Stderr, l)
 			}
 		}
 	}

@@ -1,0 +1,117 @@
+// Package drill is `taskpilots drill`: a recovery drill that creates its own
+// sessions on its own queue, drives them with simulated workers and humans
+// while injecting faults, and then checks every promise of the product on
+// what happened (README "Recovery drill"). It can also inject faults into a
+// named real queue of a staging deployment (--queue, queuefault.go).
+//
+// The command line it runs in (cmd/taskpilots) hands it an Env: its
+// streams, environment and flag conventions, so that flags, errors and exit
+// statuses behave like every other subcommand's.
+package drill
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/taskpilots/handoff/models"
+)
+
+// Env is what the drill needs from the command line that runs it.
+type Env struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	Log            *slog.Logger
+	// Operator is the principal of the drill's token and user changes in
+	// the admin log (cli:<OS user>).
+	Operator models.User
+	// NewFlagSet, DatabaseFlag and ParseFlags are the command line's flag
+	// conventions (errors to Stderr, --database-url with its environment
+	// default, flags anywhere, usage errors as exit status 2).
+	NewFlagSet   func(name string) *flag.FlagSet
+	DatabaseFlag func(fs *flag.FlagSet) *string
+	ParseFlags   func(fs *flag.FlagSet, args []string) error
+	// SchemaError turns a schema mismatch into advice.
+	SchemaError func(error) error
+}
+
+// ExitError carries the exit status the drill ends with: 1 when it found
+// violations, 2 on a usage error.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// envDefaults reads flag defaults from TASKPILOTS_* variables and remembers
+// malformed values (as cmd/taskpilots does).
+type envDefaults struct {
+	env  *Env
+	errs []error
+}
+
+func (d *envDefaults) String(key, def string) string {
+	if v := d.env.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (d *envDefaults) Float64(key string, def float64) float64 {
+	v := d.env.Getenv(key)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a number", key, v))
+		return def
+	}
+	return f
+}
+
+func (d *envDefaults) Duration(key string, def time.Duration) time.Duration {
+	v := d.env.Getenv(key)
+	if v == "" {
+		return def
+	}
+	t, err := time.ParseDuration(v)
+	if err != nil {
+		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a duration such as 30s or 5m", key, v))
+		return def
+	}
+	return t
+}
+
+// Err reports every malformed variable.
+func (d *envDefaults) Err() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	return &ExitError{Code: 2, Err: errors.Join(d.errs...)}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
