@@ -98,11 +98,12 @@ fuzz: ## run each fuzz test for FUZZTIME (10s): result contract, Apply, console 
 	$(GO) test -run '^$$' -fuzz '^FuzzLoginForm$$' -fuzztime $(FUZZTIME) ./handlers/
 	$(GO) test -run '^$$' -fuzz '^FuzzCSRFToken$$' -fuzztime $(FUZZTIME) ./handlers/
 
-bench: ## Go benchmarks of models, scripts/bench.sh (TaskPilots vs pgbench), scripts/bench-pages.sh (page latency at 10 k and 1 M events)
+bench: ## Go benchmarks of models, scripts/bench.sh (TaskPilots vs pgbench), scripts/bench-pages.sh (page latency at 10 k and 1 M events); BLOAT=1 adds scripts/bench-bloat.sh
 	scripts/test-postgres.sh bash -c '$(GO) test -run "^$$" -bench . -benchmem ./models/ && \
 		if [ -x scripts/bench.sh ]; then PGURL=$${PGURL:-$${TASKPILOTS_TEST_DATABASE_URL%/*}} scripts/bench.sh; \
 		else echo "scripts/bench.sh not present; skipped"; fi && \
 		PGURL=$${PGURL:-$${TASKPILOTS_TEST_DATABASE_URL%/*}} scripts/bench-pages.sh'
+	if [ "$${BLOAT:-}" = 1 ]; then scripts/bench-bloat.sh; fi
 
 pg: ## start (or find) a PostgreSQL for tests and print its URL
 	@scripts/test-postgres.sh
