@@ -197,18 +197,35 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		after = &k
 	}
 	policy := s.slaPolicy()
-	filter, filterArgs := s.inboxFilterSQL(o)
+	// A search first reads the inbox sessions it matches, once, through the
+	// word-search index of the sessions in human hands; the branches then
+	// order and cut those. Without it, each branch read its priority in
+	// order and computed every row's document until it had a page: at a
+	// million events, over a thousand documents a page view.
+	from, prefix, filterArgs := "sessions", "", []any(nil)
+	if o.Search != "" {
+		where, a := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
+		materialized := ""
+		if s.Dialect == Postgres {
+			materialized = "MATERIALIZED "
+		}
+		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM sessions WHERE " + inboxBase(o.InboxFilter) + where + ")\n"
+		from, filterArgs = "m", a
+	}
+	unsearched := o
+	unsearched.Search = ""
+	filter, fa := s.inboxFilterSQL(unsearched)
 	var (
 		branches []string
-		args     []any
+		args     = filterArgs
 	)
 	for p := MinPriority; p <= MaxPriority; p++ {
 		if o.Priority != 0 && p != o.Priority {
 			continue
 		}
-		q := "SELECT " + inboxColumns + " FROM sessions WHERE " + inboxBase(o.InboxFilter) + " AND priority = ?" + filter
+		q := "SELECT " + inboxColumns + " FROM " + from + " WHERE " + inboxBase(o.InboxFilter) + " AND priority = ?" + filter
 		args = append(args, p)
-		args = append(args, filterArgs...)
+		args = append(args, fa...)
 		if after != nil {
 			// Rows of priority p after the cursor: due later, or due at the
 			// same time with a greater (priority, escalated_at, id).
@@ -232,7 +249,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
 	}
 	var rows []InboxRow
-	if err := s.DB.WithContext(ctx).Raw(strings.Join(branches, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(prefix+strings.Join(branches, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
 		return InboxPage{}, fmt.Errorf("inbox: %w", err)
 	}
 	now := s.now()
@@ -358,12 +375,36 @@ func inboxCountOrder(f InboxFilter) string {
 	return inboxOrder // sessions_inbox_idx
 }
 
-// inboxCounts computes every facet count as a bounded count (see CountCap)
-// of the inbox rows matching that option with the other active filters and
-// the search; equal filter combinations are counted once, and all of them
-// in one statement. The cost is bounded by the number of options (statuses,
-// queues, priorities, assignments, reason codes) times CountCap, whatever the
-// number of sessions.
+// MaxInboxFacetRows bounds the one-pass facet count (inboxCounts): up to
+// this many inbox sessions matching the search, the counts come from one
+// grouped read of them; beyond it, from one bounded count per option
+// (inboxCountsBounded), whose cost is bounded by the options, not the rows.
+const MaxInboxFacetRows = 20000
+
+// inboxFacetGroup is one group of the one-pass facet count: the inbox
+// sessions matching the search with these filter values.
+type inboxFacetGroup struct {
+	Status     Status
+	Queue      string
+	Priority   int
+	Mine       int
+	Unassigned int
+	ReasonCode ReasonCode
+	N          int64
+}
+
+// inboxCounts computes every facet count of the inbox: for each option of
+// each filter, the sessions matching it with the other active filters and
+// the search, each bounded at CountCap+1 like every console count.
+//
+// The sessions in human hands are the backlog, not the history, so the
+// counts read them once: one grouped read of the inbox sessions matching the
+// search (an index-only scan of sessions_inbox_facets_idx, or the inbox's
+// word-search index sessions_inbox_search_idx), cut at MaxInboxFacetRows,
+// and every option's number is summed here from the groups. It replaces one
+// bounded count per option (a statement of some 70 branches to plan and run
+// on every page view and live refresh, each branch repeating the search);
+// that path stays for a backlog beyond the cut.
 func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, error) {
 	queues, err := s.inboxQueues(ctx)
 	if err != nil {
@@ -372,6 +413,144 @@ func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, erro
 	if o.Queue != "" && !slices.Contains(queues, o.Queue) {
 		queues = append(queues, o.Queue)
 	}
+	cut := int64(MaxInboxFacetRows)
+	if s.inboxFacetRows > 0 {
+		cut = int64(s.inboxFacetRows)
+	}
+	where, args := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
+	q := `SELECT status, queue, priority, CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine,
+	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned, reason_code, count(*) AS n
+FROM (SELECT status, queue, priority, reason_code, assignee FROM sessions WHERE ` + inboxWhere + where + `
+	ORDER BY ` + inboxFacetOrder + ` LIMIT ?) AS m
+GROUP BY status, queue, priority, mine, unassigned, reason_code`
+	args = append(append([]any{o.Me}, args...), cut+1)
+	if o.Search != "" {
+		// The "any" count of the whole inbox, search or not: a bounded
+		// count, as a row of its own (priority 0 is no priority).
+		q += "\nUNION ALL\nSELECT '', '', 0, 0, 0, '', (" + boundedCount(inboxWhere, inboxOrder) + ")"
+	}
+	var groups []inboxFacetGroup
+	if err := s.DB.WithContext(ctx).Raw(q, args...).Scan(&groups).Error; err != nil {
+		return InboxCounts{}, fmt.Errorf("inbox counts: %w", err)
+	}
+	var read, all int64
+	for _, g := range groups {
+		if g.Priority == 0 {
+			all = g.N
+			continue
+		}
+		read += g.N
+	}
+	if read > cut {
+		return s.inboxCountsBounded(ctx, o, queues)
+	}
+	if o.Search == "" {
+		all = read
+	}
+	return inboxFacetCounts(o.InboxFilter, queues, groups, all), nil
+}
+
+// inboxFacetOrder is the order of sessions_inbox_facets_idx, which holds
+// every column a facet counts by.
+const inboxFacetOrder = "status, queue, priority, reason_code, assignee"
+
+// inboxFacetCounts sums the facet counts of f from the groups of the inbox
+// sessions matching the search; all is the count of the whole inbox. Every
+// count is capped at CountCap+1, as a bounded count would be.
+func inboxFacetCounts(f InboxFilter, queues []string, groups []inboxFacetGroup, all int64) InboxCounts {
+	c := InboxCounts{
+		All:    all,
+		Status: map[Status]int64{StatusEscalated: 0, StatusHumanActive: 0}, Queue: map[string]int64{},
+		Priority: map[int]int64{}, Assignment: map[string]int64{AssignedToMe: 0, Unassigned: 0},
+		Reason: map[ReasonCode]int64{},
+	}
+	for _, q := range queues {
+		c.Queue[q] = 0
+	}
+	for p := MinPriority; p <= MaxPriority; p++ {
+		c.Priority[p] = 0
+	}
+	for _, g := range groups {
+		if g.Priority == 0 {
+			continue
+		}
+		status := f.Status == "" || g.Status == f.Status
+		queue := f.Queue == "" || g.Queue == f.Queue
+		priority := f.Priority == 0 || g.Priority == f.Priority
+		assignment := f.Assignment == "" || (f.Assignment == AssignedToMe && g.Mine == 1) || (f.Assignment == Unassigned && g.Unassigned == 1)
+		reason := f.Reason == "" || g.ReasonCode == f.Reason
+		if queue && priority && assignment && reason {
+			c.AnyStatus += g.N
+			if _, ok := c.Status[g.Status]; ok {
+				c.Status[g.Status] += g.N
+			}
+		}
+		if status && priority && assignment && reason {
+			c.AnyQueue += g.N
+			if _, ok := c.Queue[g.Queue]; ok {
+				c.Queue[g.Queue] += g.N
+			}
+		}
+		if status && queue && assignment && reason {
+			c.AnyPriority += g.N
+			if _, ok := c.Priority[g.Priority]; ok {
+				c.Priority[g.Priority] += g.N
+			}
+		}
+		if status && queue && priority && reason {
+			c.AnyAssignment += g.N
+			if g.Mine == 1 {
+				c.Assignment[AssignedToMe] += g.N
+			}
+			if g.Unassigned == 1 {
+				c.Assignment[Unassigned] += g.N
+			}
+		}
+		if status && queue && priority && assignment {
+			c.AnyReason += g.N
+			if g.ReasonCode.Valid() {
+				c.Reason[g.ReasonCode] += g.N
+			}
+		}
+		if status && queue && priority && assignment && reason {
+			c.Total += g.N
+		}
+	}
+	return capInboxCounts(c)
+}
+
+// capInboxCounts caps every count of c at CountCap+1.
+func capInboxCounts(c InboxCounts) InboxCounts {
+	const top = CountCap + 1
+	capAll := func(m map[string]int64) {
+		for k, v := range m {
+			m[k] = min(v, top)
+		}
+	}
+	for k, v := range c.Status {
+		c.Status[k] = min(v, top)
+	}
+	for k, v := range c.Priority {
+		c.Priority[k] = min(v, top)
+	}
+	for k, v := range c.Reason {
+		c.Reason[k] = min(v, top)
+	}
+	capAll(c.Queue)
+	capAll(c.Assignment)
+	c.Total, c.All = min(c.Total, top), min(c.All, top)
+	c.AnyStatus, c.AnyQueue, c.AnyPriority = min(c.AnyStatus, top), min(c.AnyQueue, top), min(c.AnyPriority, top)
+	c.AnyAssignment, c.AnyReason = min(c.AnyAssignment, top), min(c.AnyReason, top)
+	return c
+}
+
+// inboxCountsBounded computes every facet count as a bounded count (see CountCap)
+// of the inbox rows matching that option with the other active filters and
+// the search; equal filter combinations are counted once, and all of them
+// in one statement. The cost is bounded by the number of options (statuses,
+// queues, priorities, assignments, reason codes) times CountCap, whatever the
+// number of sessions.
+func (s *Store) inboxCountsBounded(ctx context.Context, o InboxOpts, queues []string) (InboxCounts, error) {
 	var (
 		qs   []countQuery
 		keys = map[InboxFilter]int{}

@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +35,7 @@ type pagesOpts struct {
 	requests    int
 	only        string
 	json        bool
+	cpuProfile  string
 }
 
 func pagesFlags(env *cliEnv, args []string) (pagesOpts, error) {
@@ -43,6 +46,7 @@ func pagesFlags(env *cliEnv, args []string) (pagesOpts, error) {
 	fs.IntVar(&o.requests, "requests", 200, "requests per page (after 5 unmeasured warm-up requests)")
 	fs.StringVar(&o.only, "only", "", "measure only the pages whose name contains this text")
 	fs.BoolVar(&o.json, "json", false, "print the table as JSON")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured requests (server and clients, this process) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots bench pages --database-url URL [--clients 8] [--requests 200]\n\n"+
 			"Serves the console and API in-process on localhost and asks each page\n"+
@@ -142,6 +146,17 @@ func runBenchPages(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintf(env.stderr, "bench pages: %s, %d events, %d clients × %d requests per page\n", s.Dialect, n, o.clients, o.requests)
 
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	apiClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.clients}}
 	var rows []pageResult
 	for _, p := range pages {
