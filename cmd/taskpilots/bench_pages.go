@@ -44,7 +44,7 @@ func pagesFlags(env *cliEnv, args []string) (pagesOpts, error) {
 	dbURL := databaseFlag(env, fs)
 	fs.IntVar(&o.clients, "clients", 8, "concurrent clients per page")
 	fs.IntVar(&o.requests, "requests", 200, "requests per page (after 5 unmeasured warm-up requests)")
-	fs.StringVar(&o.only, "only", "", "measure only the pages whose name contains this text")
+	fs.StringVar(&o.only, "only", "", "measure only the pages whose name contains this text (several: comma-separated)")
 	fs.BoolVar(&o.json, "json", false, "print the table as JSON")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured requests (server and clients, this process) to this file")
 	fs.Usage = func() {
@@ -254,7 +254,7 @@ func pagesToMeasure(ctx context.Context, s *models.Store, only string) ([]benchP
 	}
 	var out []benchPage
 	for _, p := range all {
-		if only == "" || strings.Contains(p.name, only) {
+		if only == "" || slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return w != "" && strings.Contains(p.name, w) }) {
 			out = append(out, p)
 		}
 	}
