@@ -198,27 +198,26 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	}
 	policy := s.slaPolicy()
 	// A search first reads the inbox sessions it matches, once, through the
-	// word-search index of the sessions in human hands; the branches then
-	// order and cut those. Without it, each branch read its priority in
-	// order and computed every row's document until it had a page: at a
-	// million events, over a thousand documents a page view.
-	from, prefix, filterArgs := "sessions", "", []any(nil)
+	// word-search index of the sessions in human hands (both statuses: the
+	// status chips count the other one too); the branches then order and
+	// cut those, and the facet counts group them. Without it, each branch
+	// read its priority in order and computed every row's document until
+	// it had a page: at a million events, over a thousand documents a page
+	// view.
+	from, prefix, args := "sessions", "", []any(nil)
 	if o.Search != "" {
 		where, a := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
 		materialized := ""
 		if s.Dialect == Postgres {
 			materialized = "MATERIALIZED "
 		}
-		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM sessions WHERE " + inboxBase(o.InboxFilter) + where + ")\n"
-		from, filterArgs = "m", a
+		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM sessions WHERE " + inboxWhere + where + ")\n"
+		from, args = "m", a
 	}
 	unsearched := o
 	unsearched.Search = ""
 	filter, fa := s.inboxFilterSQL(unsearched)
-	var (
-		branches []string
-		args     = filterArgs
-	)
+	var branches []string
 	for p := MinPriority; p <= MaxPriority; p++ {
 		if o.Priority != 0 && p != o.Priority {
 			continue
@@ -246,9 +245,13 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		// One row more than the page tells whether there is a next page.
 		q += " ORDER BY escalated_at, id LIMIT ?"
 		args = append(args, o.Limit+1)
-		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
+		branches = append(branches, "SELECT 0 AS kind, p"+strconv.Itoa(p)+".*, 0 AS mine, 0 AS unassigned, 0 AS n FROM ("+q+") AS p"+strconv.Itoa(p))
 	}
-	rows, err := s.scanInboxRows(ctx, prefix+strings.Join(branches, "\nUNION ALL\n"), args)
+	// The facet counts travel in the same statement (see inboxCounts).
+	facets, facetArgs, cut := s.inboxFacetSQL(o, from)
+	branches = append(branches, facets...)
+	args = append(args, facetArgs...)
+	rows, groups, all, err := s.scanInbox(ctx, prefix+strings.Join(branches, "\nUNION ALL\n"), args)
 	if err != nil {
 		return InboxPage{}, err
 	}
@@ -262,33 +265,46 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		page.Rows = rows[:o.Limit]
 		page.Next = encodeInboxCursor(page.Rows[o.Limit-1])
 	}
-	page.Counts, err = s.inboxCounts(ctx, o)
+	page.Counts, err = s.inboxCounts(ctx, o, groups, all, cut)
 	return page, err
 }
 
-// scanInboxRows runs an inbox page query (columns inboxColumns) and scans
-// its rows column by column: the branches return up to five pages' worth
-// of rows, and GORM's Scan resolved each by reflection, which was most of
-// the inbox's own CPU time.
-func (s *Store) scanInboxRows(ctx context.Context, q string, args []any) ([]InboxRow, error) {
+// scanInbox runs the inbox statement and scans its rows column by column
+// (GORM's Scan resolved each of the up to five pages' worth of rows by
+// reflection, which was most of the inbox's own CPU time): kind 0 is a
+// row of the page, kind 1 a group of the facet count, kind 2 the bounded
+// count of the whole inbox.
+func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []InboxRow, groups []inboxFacetGroup, all int64, err error) {
 	rs, err := s.DB.WithContext(ctx).Raw(q, args...).Rows()
 	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
+		return nil, nil, 0, fmt.Errorf("inbox: %w", err)
 	}
 	defer rs.Close()
-	var rows []InboxRow
+	all = -1
 	for rs.Next() {
-		var r InboxRow
-		if err := rs.Scan(&r.ID, &r.TicketRef, &r.Goal, &r.Status, &r.Priority, &r.StateVersion, &r.CurrentStep,
-			&r.Queue, &r.Assignee, &r.EscalatedAt, &r.UpdatedAt, &r.ReasonCode); err != nil {
-			return nil, fmt.Errorf("inbox: scan: %w", err)
+		var (
+			kind int
+			r    InboxRow
+			g    inboxFacetGroup
+		)
+		if err := rs.Scan(&kind, &r.ID, &r.TicketRef, &r.Goal, &r.Status, &r.Priority, &r.StateVersion, &r.CurrentStep,
+			&r.Queue, &r.Assignee, &r.EscalatedAt, &r.UpdatedAt, &r.ReasonCode, &g.Mine, &g.Unassigned, &g.N); err != nil {
+			return nil, nil, 0, fmt.Errorf("inbox: scan: %w", err)
 		}
-		rows = append(rows, r)
+		switch kind {
+		case 0:
+			rows = append(rows, r)
+		case 1:
+			g.Status, g.Queue, g.Priority, g.ReasonCode = r.Status, r.Queue, r.Priority, r.ReasonCode
+			groups = append(groups, g)
+		default:
+			all = g.N
+		}
 	}
 	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
+		return nil, nil, 0, fmt.Errorf("inbox: %w", err)
 	}
-	return rows, nil
+	return rows, groups, all, nil
 }
 
 // inboxLess is the inbox order: SLA due, priority, escalated_at, id.
@@ -423,13 +439,15 @@ type inboxFacetGroup struct {
 //
 // The sessions in human hands are the backlog, not the history, so the
 // counts read them once: one grouped read of the inbox sessions matching the
-// search (an index-only scan of sessions_inbox_facets_idx, or the inbox's
-// word-search index sessions_inbox_search_idx), cut at MaxInboxFacetRows,
-// and every option's number is summed here from the groups. It replaces one
-// bounded count per option (a statement of some 70 branches to plan and run
-// on every page view and live refresh, each branch repeating the search);
-// that path stays for a backlog beyond the cut.
-func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, error) {
+// search (an index-only scan of sessions_inbox_facets_idx, or the search's
+// matches), cut at MaxInboxFacetRows, in the page's own statement
+// (inboxFacetSQL), and every option's number is summed here from the
+// groups. It replaces one bounded count per option (a statement of some 70
+// branches to plan and run on every page view and live refresh, each branch
+// repeating the search); that path stays for a backlog beyond the cut.
+// all is the bounded count of the whole inbox when there is a search (-1
+// otherwise: then it is the sum of the groups).
+func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFacetGroup, all, cut int64) (InboxCounts, error) {
 	queues, err := s.inboxQueues(ctx)
 	if err != nil {
 		return InboxCounts{}, err
@@ -437,53 +455,43 @@ func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, erro
 	if o.Queue != "" && !slices.Contains(queues, o.Queue) {
 		queues = append(queues, o.Queue)
 	}
-	cut := int64(MaxInboxFacetRows)
-	if s.inboxFacetRows > 0 {
-		cut = int64(s.inboxFacetRows)
-	}
-	where, args := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
-	q := `SELECT status, queue, priority, CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine,
-	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned, reason_code, count(*) AS n
-FROM (SELECT status, queue, priority, reason_code, assignee FROM sessions WHERE ` + inboxWhere + where + `
-	ORDER BY ` + inboxFacetOrder + ` LIMIT ?) AS m
-GROUP BY status, queue, priority, mine, unassigned, reason_code`
-	args = append(append([]any{o.Me}, args...), cut+1)
-	if o.Search != "" {
-		// The "any" count of the whole inbox, search or not: a bounded
-		// count, as a row of its own (priority 0 is no priority).
-		q += "\nUNION ALL\nSELECT '', '', 0, 0, 0, '', (" + boundedCount(inboxWhere, inboxOrder) + ")"
-	}
-	rs, err := s.DB.WithContext(ctx).Raw(q, args...).Rows()
-	if err != nil {
-		return InboxCounts{}, fmt.Errorf("inbox counts: %w", err)
-	}
-	defer rs.Close()
-	var groups []inboxFacetGroup
-	for rs.Next() {
-		var g inboxFacetGroup
-		if err := rs.Scan(&g.Status, &g.Queue, &g.Priority, &g.Mine, &g.Unassigned, &g.ReasonCode, &g.N); err != nil {
-			return InboxCounts{}, fmt.Errorf("inbox counts: scan: %w", err)
-		}
-		groups = append(groups, g)
-	}
-	if err := rs.Err(); err != nil {
-		return InboxCounts{}, fmt.Errorf("inbox counts: %w", err)
-	}
-	var read, all int64
+	var read int64
 	for _, g := range groups {
-		if g.Priority == 0 {
-			all = g.N
-			continue
-		}
 		read += g.N
 	}
 	if read > cut {
 		return s.inboxCountsBounded(ctx, o, queues)
 	}
-	if o.Search == "" {
+	if all < 0 {
 		all = read
 	}
 	return inboxFacetCounts(o.InboxFilter, queues, groups, all), nil
+}
+
+// inboxFacetSQL is the facet count's part of the inbox statement, over src
+// (sessions, or the search's matches m): UNION ALL branches in the page
+// rows' columns (see scanInbox), their arguments, and the cut.
+func (s *Store) inboxFacetSQL(o InboxOpts, src string) ([]string, []any, int64) {
+	cut := int64(MaxInboxFacetRows)
+	if s.inboxFacetRows > 0 {
+		cut = int64(s.inboxFacetRows)
+	}
+	order := ""
+	if src == "sessions" {
+		// The index's order, so that the read is its index-only scan (a
+		// LIMIT without it can make a sequential scan look cheap).
+		order = " ORDER BY " + inboxFacetOrder
+	}
+	out := []string{`SELECT 1, '', '', '', status, priority, 0, '', queue, '', NULL, NULL, reason_code, mine, unassigned, count(*)
+FROM (SELECT status, queue, priority, reason_code, CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine,
+	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned FROM ` + src + ` WHERE ` + inboxWhere + order + ` LIMIT ?) AS f
+GROUP BY status, queue, priority, reason_code, mine, unassigned`}
+	args := []any{o.Me, cut + 1}
+	if o.Search != "" {
+		// The "any" count of the whole inbox, search or not: a bounded count.
+		out = append(out, "SELECT 2, '', '', '', '', 0, 0, '', '', '', NULL, NULL, '', 0, 0, ("+boundedCount(inboxWhere, inboxOrder)+")")
+	}
+	return out, args, cut
 }
 
 // inboxFacetOrder is the order of sessions_inbox_facets_idx, which holds
