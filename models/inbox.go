@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The support console's read models: the inbox of sessions waiting for a
@@ -245,8 +246,17 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		// One row more than the page tells whether there is a next page.
 		q += " ORDER BY escalated_at, id LIMIT ?"
 		args = append(args, o.Limit+1)
-		branches = append(branches, "SELECT 0 AS kind, p"+strconv.Itoa(p)+".*, 0 AS mine, 0 AS unassigned, 0 AS n FROM ("+q+") AS p"+strconv.Itoa(p))
+		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
 	}
+	page := "SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS u"
+	if due, ok := s.inboxDueSQL(policy); ok && len(branches) > 1 {
+		// Merged and cut to one page on the server, in the inbox order: the
+		// branches hold up to five pages' worth of rows, which cost more to
+		// send and scan than the rest of the inbox.
+		page = "SELECT * FROM (SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS v\nORDER BY " + due + ", priority, escalated_at, id LIMIT ?) AS u"
+		args = append(args, o.Limit+1)
+	}
+	branches = []string{"SELECT 0 AS kind, r.*, 0 AS mine, 0 AS unassigned, 0 AS n FROM (" + page + ") AS r"}
 	// The facet counts travel in the same statement (see inboxCounts).
 	facets, facetArgs, cut := s.inboxFacetSQL(o, from)
 	branches = append(branches, facets...)
@@ -260,13 +270,36 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		rows[i].SLA = policy.Clock(rows[i].Priority, rows[i].EscalatedAt.Time, now)
 	}
 	sort.Slice(rows, func(i, j int) bool { return inboxLess(rows[i], rows[j]) })
-	page := InboxPage{Rows: rows}
+	out := InboxPage{Rows: rows}
 	if len(rows) > o.Limit {
-		page.Rows = rows[:o.Limit]
-		page.Next = encodeInboxCursor(page.Rows[o.Limit-1])
+		out.Rows = rows[:o.Limit]
+		out.Next = encodeInboxCursor(out.Rows[o.Limit-1])
 	}
-	page.Counts, err = s.inboxCounts(ctx, o, groups, all, cut)
-	return page, err
+	out.Counts, err = s.inboxCounts(ctx, o, groups, all, cut)
+	return out, err
+}
+
+// inboxDueSQL is the SLA due time of an inbox row in SQL, escalated_at plus
+// the budget of its priority, exactly as SLAPolicy.Clock computes it, so
+// that the server can merge the priority branches in the inbox order. Only
+// on PostgreSQL (timestamptz arithmetic is exact to the microsecond; SQLite
+// keeps times as text) and only for budgets in whole microseconds; otherwise
+// the branches are merged here alone.
+func (s *Store) inboxDueSQL(policy SLAPolicy) (string, bool) {
+	if s.Dialect != Postgres {
+		return "", false
+	}
+	var b strings.Builder
+	b.WriteString("escalated_at + CASE priority")
+	for p := MinPriority; p <= MaxPriority; p++ {
+		d := policy.For(p)
+		if d%time.Microsecond != 0 {
+			return "", false
+		}
+		b.WriteString(" WHEN " + strconv.Itoa(p) + " THEN interval '" + strconv.FormatInt(d.Microseconds(), 10) + " microseconds'")
+	}
+	b.WriteString(" END")
+	return b.String(), true
 }
 
 // scanInbox runs the inbox statement and scans its rows column by column
