@@ -1,10 +1,13 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/a-h/templ"
 	"github.com/gorilla/sessions"
@@ -65,16 +68,42 @@ func Render(c echo.Context, status int, t templ.Component) error {
 	return renderWith(ctx, c, status, t)
 }
 
+// renderWith sends t as the response with status. The page is rendered into
+// a pooled buffer and sent with one write and a
+// Content-Length: rendered straight into the response, an 85 KB inbox went
+// out in some twenty 4 KB writes, each a system call, which a profile of
+// bench pages put at a third of the rendering's cost. A component that fails
+// halfway now fails before anything is sent.
 func renderWith(ctx context.Context, c echo.Context, status int, t templ.Component) error {
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 	h.Set("Cache-Control", "no-store")
-	c.Response().WriteHeader(status)
 	if c.Request().Method == http.MethodHead {
+		c.Response().WriteHeader(status)
 		return nil
 	}
-	return t.Render(ctx, c.Response().Writer)
+	buf := renderBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledRender {
+			buf.Reset()
+			renderBuffers.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if err := t.Render(ctx, buf); err != nil {
+		return err
+	}
+	h.Set(echo.HeaderContentLength, strconv.Itoa(buf.Len()))
+	c.Response().WriteHeader(status)
+	_, err := c.Response().Write(buf.Bytes())
+	return err
 }
+
+// renderBuffers pools the buffers pages are rendered into; one larger than
+// maxPooledRender (a rare huge page) is left to the garbage collector.
+var renderBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledRender = 1 << 20
 
 // login is the browser's login, loaded by Auth.LoadUser: the login cookie,
 // the flash cookie, and the server-side login when there is one.

@@ -79,6 +79,9 @@ type Store struct {
 	// bulkHook, when set (tests only), runs before each session of a bulk
 	// is written, so a test can change the session in between.
 	bulkHook func(sessionID string)
+	// inboxFacetRows, when set (tests only), replaces MaxInboxFacetRows,
+	// so a test can run the inbox counts' bounded path on a small inbox.
+	inboxFacetRows int
 }
 
 // OpenOpts configures Open.

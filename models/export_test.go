@@ -7,6 +7,10 @@ func (t *Tx) LaterChecked(check func(rows int64, err error) error, query string,
 	t.laterChecked(check, query, args...)
 }
 
+// SetInboxFacetRows sets the inbox sessions the facet counts read in one
+// pass before they fall back to one bounded count per option.
+func (s *Store) SetInboxFacetRows(n int) { s.inboxFacetRows = n }
+
 // SetBulkHook runs hook before each session of a bulk is written.
 func (s *Store) SetBulkHook(hook func(sessionID string)) { s.bulkHook = hook }
 

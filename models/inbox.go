@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The support console's read models: the inbox of sessions waiting for a
@@ -197,18 +198,34 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		after = &k
 	}
 	policy := s.slaPolicy()
-	filter, filterArgs := s.inboxFilterSQL(o)
-	var (
-		branches []string
-		args     []any
-	)
+	// A search first reads the inbox sessions it matches, once, through the
+	// word-search index of the sessions in human hands (both statuses: the
+	// status chips count the other one too); the branches then order and
+	// cut those, and the facet counts group them. Without it, each branch
+	// read its priority in order and computed every row's document until
+	// it had a page: at a million events, over a thousand documents a page
+	// view.
+	from, prefix, args := "sessions", "", []any(nil)
+	if o.Search != "" {
+		where, a := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
+		materialized := ""
+		if s.Dialect == Postgres {
+			materialized = "MATERIALIZED "
+		}
+		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM sessions WHERE " + inboxWhere + where + ")\n"
+		from, args = "m", a
+	}
+	unsearched := o
+	unsearched.Search = ""
+	filter, fa := s.inboxFilterSQL(unsearched)
+	var branches []string
 	for p := MinPriority; p <= MaxPriority; p++ {
 		if o.Priority != 0 && p != o.Priority {
 			continue
 		}
-		q := "SELECT " + inboxColumns + " FROM sessions WHERE " + inboxBase(o.InboxFilter) + " AND priority = ?" + filter
+		q := "SELECT " + inboxColumns + " FROM " + from + " WHERE " + inboxBase(o.InboxFilter) + " AND priority = ?" + filter
 		args = append(args, p)
-		args = append(args, filterArgs...)
+		args = append(args, fa...)
 		if after != nil {
 			// Rows of priority p after the cursor: due later, or due at the
 			// same time with a greater (priority, escalated_at, id).
@@ -231,23 +248,96 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		args = append(args, o.Limit+1)
 		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
 	}
-	var rows []InboxRow
-	if err := s.read(ctx).Raw(strings.Join(branches, "\nUNION ALL\n"), args...).Scan(&rows).Error; err != nil {
-		return InboxPage{}, fmt.Errorf("inbox: %w", err)
+	page := "SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS u"
+	if due, ok := s.inboxDueSQL(policy); ok && len(branches) > 1 {
+		// Merged and cut to one page on the server, in the inbox order: the
+		// branches hold up to five pages' worth of rows, which cost more to
+		// send and scan than the rest of the inbox.
+		page = "SELECT * FROM (SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS v\nORDER BY " + due + ", priority, escalated_at, id LIMIT ?) AS u"
+		args = append(args, o.Limit+1)
+	}
+	branches = []string{"SELECT 0 AS kind, r.*, 0 AS mine, 0 AS unassigned, 0 AS n FROM (" + page + ") AS r"}
+	// The facet counts travel in the same statement (see inboxCounts).
+	facets, facetArgs, cut := s.inboxFacetSQL(o, from)
+	branches = append(branches, facets...)
+	args = append(args, facetArgs...)
+	rows, groups, all, err := s.scanInbox(ctx, prefix+strings.Join(branches, "\nUNION ALL\n"), args)
+	if err != nil {
+		return InboxPage{}, err
 	}
 	now := s.now()
 	for i := range rows {
 		rows[i].SLA = policy.Clock(rows[i].Priority, rows[i].EscalatedAt.Time, now)
 	}
 	sort.Slice(rows, func(i, j int) bool { return inboxLess(rows[i], rows[j]) })
-	page := InboxPage{Rows: rows}
+	out := InboxPage{Rows: rows}
 	if len(rows) > o.Limit {
-		page.Rows = rows[:o.Limit]
-		page.Next = encodeInboxCursor(page.Rows[o.Limit-1])
+		out.Rows = rows[:o.Limit]
+		out.Next = encodeInboxCursor(out.Rows[o.Limit-1])
 	}
-	var err error
-	page.Counts, err = s.inboxCounts(ctx, o)
-	return page, err
+	out.Counts, err = s.inboxCounts(ctx, o, groups, all, cut)
+	return out, err
+}
+
+// inboxDueSQL is the SLA due time of an inbox row in SQL, escalated_at plus
+// the budget of its priority, exactly as SLAPolicy.Clock computes it, so
+// that the server can merge the priority branches in the inbox order. Only
+// on PostgreSQL (timestamptz arithmetic is exact to the microsecond; SQLite
+// keeps times as text) and only for budgets in whole microseconds; otherwise
+// the branches are merged here alone.
+func (s *Store) inboxDueSQL(policy SLAPolicy) (string, bool) {
+	if s.Dialect != Postgres {
+		return "", false
+	}
+	var b strings.Builder
+	b.WriteString("escalated_at + CASE priority")
+	for p := MinPriority; p <= MaxPriority; p++ {
+		d := policy.For(p)
+		if d%time.Microsecond != 0 {
+			return "", false
+		}
+		b.WriteString(" WHEN " + strconv.Itoa(p) + " THEN interval '" + strconv.FormatInt(d.Microseconds(), 10) + " microseconds'")
+	}
+	b.WriteString(" END")
+	return b.String(), true
+}
+
+// scanInbox runs the inbox statement and scans its rows column by column
+// (GORM's Scan resolved each of the up to five pages' worth of rows by
+// reflection, which was most of the inbox's own CPU time): kind 0 is a
+// row of the page, kind 1 a group of the facet count, kind 2 the bounded
+// count of the whole inbox.
+func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []InboxRow, groups []inboxFacetGroup, all int64, err error) {
+	rs, err := s.read(ctx).Raw(q, args...).Rows()
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("inbox: %w", err)
+	}
+	defer rs.Close()
+	all = -1
+	for rs.Next() {
+		var (
+			kind int
+			r    InboxRow
+			g    inboxFacetGroup
+		)
+		if err := rs.Scan(&kind, &r.ID, &r.TicketRef, &r.Goal, &r.Status, &r.Priority, &r.StateVersion, &r.CurrentStep,
+			&r.Queue, &r.Assignee, &r.EscalatedAt, &r.UpdatedAt, &r.ReasonCode, &g.Mine, &g.Unassigned, &g.N); err != nil {
+			return nil, nil, 0, fmt.Errorf("inbox: scan: %w", err)
+		}
+		switch kind {
+		case 0:
+			rows = append(rows, r)
+		case 1:
+			g.Status, g.Queue, g.Priority, g.ReasonCode = r.Status, r.Queue, r.Priority, r.ReasonCode
+			groups = append(groups, g)
+		default:
+			all = g.N
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, nil, 0, fmt.Errorf("inbox: %w", err)
+	}
+	return rows, groups, all, nil
 }
 
 // inboxLess is the inbox order: SLA due, priority, escalated_at, id.
@@ -358,13 +448,39 @@ func inboxCountOrder(f InboxFilter) string {
 	return inboxOrder // sessions_inbox_idx
 }
 
-// inboxCounts computes every facet count as a bounded count (see CountCap)
-// of the inbox rows matching that option with the other active filters and
-// the search; equal filter combinations are counted once, and all of them
-// in one statement. The cost is bounded by the number of options (statuses,
-// queues, priorities, assignments, reason codes) times CountCap, whatever the
-// number of sessions.
-func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, error) {
+// MaxInboxFacetRows bounds the one-pass facet count (inboxCounts): up to
+// this many inbox sessions matching the search, the counts come from one
+// grouped read of them; beyond it, from one bounded count per option
+// (inboxCountsBounded), whose cost is bounded by the options, not the rows.
+const MaxInboxFacetRows = 20000
+
+// inboxFacetGroup is one group of the one-pass facet count: the inbox
+// sessions matching the search with these filter values.
+type inboxFacetGroup struct {
+	Status     Status
+	Queue      string
+	Priority   int
+	Mine       int
+	Unassigned int
+	ReasonCode ReasonCode
+	N          int64
+}
+
+// inboxCounts computes every facet count of the inbox: for each option of
+// each filter, the sessions matching it with the other active filters and
+// the search, each bounded at CountCap+1 like every console count.
+//
+// The sessions in human hands are the backlog, not the history, so the
+// counts read them once: one grouped read of the inbox sessions matching the
+// search (an index-only scan of sessions_inbox_facets_idx, or the search's
+// matches), cut at MaxInboxFacetRows, in the page's own statement
+// (inboxFacetSQL), and every option's number is summed here from the
+// groups. It replaces one bounded count per option (a statement of some 70
+// branches to plan and run on every page view and live refresh, each branch
+// repeating the search); that path stays for a backlog beyond the cut.
+// all is the bounded count of the whole inbox when there is a search (-1
+// otherwise: then it is the sum of the groups).
+func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFacetGroup, all, cut int64) (InboxCounts, error) {
 	queues, err := s.inboxQueues(ctx)
 	if err != nil {
 		return InboxCounts{}, err
@@ -372,6 +488,146 @@ func (s *Store) inboxCounts(ctx context.Context, o InboxOpts) (InboxCounts, erro
 	if o.Queue != "" && !slices.Contains(queues, o.Queue) {
 		queues = append(queues, o.Queue)
 	}
+	var read int64
+	for _, g := range groups {
+		read += g.N
+	}
+	if read > cut {
+		return s.inboxCountsBounded(ctx, o, queues)
+	}
+	if all < 0 {
+		all = read
+	}
+	return inboxFacetCounts(o.InboxFilter, queues, groups, all), nil
+}
+
+// inboxFacetSQL is the facet count's part of the inbox statement, over src
+// (sessions, or the search's matches m): UNION ALL branches in the page
+// rows' columns (see scanInbox), their arguments, and the cut.
+func (s *Store) inboxFacetSQL(o InboxOpts, src string) ([]string, []any, int64) {
+	cut := int64(MaxInboxFacetRows)
+	if s.inboxFacetRows > 0 {
+		cut = int64(s.inboxFacetRows)
+	}
+	order := ""
+	if src == "sessions" {
+		// The index's order, so that the read is its index-only scan (a
+		// LIMIT without it can make a sequential scan look cheap).
+		order = " ORDER BY " + inboxFacetOrder
+	}
+	out := []string{`SELECT 1, '', '', '', status, priority, 0, '', queue, '', NULL, NULL, reason_code, mine, unassigned, count(*)
+FROM (SELECT status, queue, priority, reason_code, CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine,
+	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned FROM ` + src + ` WHERE ` + inboxWhere + order + ` LIMIT ?) AS f
+GROUP BY status, queue, priority, reason_code, mine, unassigned`}
+	args := []any{o.Me, cut + 1}
+	if o.Search != "" {
+		// The "any" count of the whole inbox, search or not: a bounded count.
+		out = append(out, "SELECT 2, '', '', '', '', 0, 0, '', '', '', NULL, NULL, '', 0, 0, ("+boundedCount(inboxWhere, inboxOrder)+")")
+	}
+	return out, args, cut
+}
+
+// inboxFacetOrder is the order of sessions_inbox_facets_idx, which holds
+// every column a facet counts by.
+const inboxFacetOrder = "status, queue, priority, reason_code, assignee"
+
+// inboxFacetCounts sums the facet counts of f from the groups of the inbox
+// sessions matching the search; all is the count of the whole inbox. Every
+// count is capped at CountCap+1, as a bounded count would be.
+func inboxFacetCounts(f InboxFilter, queues []string, groups []inboxFacetGroup, all int64) InboxCounts {
+	c := InboxCounts{
+		All:    all,
+		Status: map[Status]int64{StatusEscalated: 0, StatusHumanActive: 0}, Queue: map[string]int64{},
+		Priority: map[int]int64{}, Assignment: map[string]int64{AssignedToMe: 0, Unassigned: 0},
+		Reason: map[ReasonCode]int64{},
+	}
+	for _, q := range queues {
+		c.Queue[q] = 0
+	}
+	for p := MinPriority; p <= MaxPriority; p++ {
+		c.Priority[p] = 0
+	}
+	for _, g := range groups {
+		if g.Priority == 0 {
+			continue
+		}
+		status := f.Status == "" || g.Status == f.Status
+		queue := f.Queue == "" || g.Queue == f.Queue
+		priority := f.Priority == 0 || g.Priority == f.Priority
+		assignment := f.Assignment == "" || (f.Assignment == AssignedToMe && g.Mine == 1) || (f.Assignment == Unassigned && g.Unassigned == 1)
+		reason := f.Reason == "" || g.ReasonCode == f.Reason
+		if queue && priority && assignment && reason {
+			c.AnyStatus += g.N
+			if _, ok := c.Status[g.Status]; ok {
+				c.Status[g.Status] += g.N
+			}
+		}
+		if status && priority && assignment && reason {
+			c.AnyQueue += g.N
+			if _, ok := c.Queue[g.Queue]; ok {
+				c.Queue[g.Queue] += g.N
+			}
+		}
+		if status && queue && assignment && reason {
+			c.AnyPriority += g.N
+			if _, ok := c.Priority[g.Priority]; ok {
+				c.Priority[g.Priority] += g.N
+			}
+		}
+		if status && queue && priority && reason {
+			c.AnyAssignment += g.N
+			if g.Mine == 1 {
+				c.Assignment[AssignedToMe] += g.N
+			}
+			if g.Unassigned == 1 {
+				c.Assignment[Unassigned] += g.N
+			}
+		}
+		if status && queue && priority && assignment {
+			c.AnyReason += g.N
+			if g.ReasonCode.Valid() {
+				c.Reason[g.ReasonCode] += g.N
+			}
+		}
+		if status && queue && priority && assignment && reason {
+			c.Total += g.N
+		}
+	}
+	return capInboxCounts(c)
+}
+
+// capInboxCounts caps every count of c at CountCap+1.
+func capInboxCounts(c InboxCounts) InboxCounts {
+	const top = CountCap + 1
+	capAll := func(m map[string]int64) {
+		for k, v := range m {
+			m[k] = min(v, top)
+		}
+	}
+	for k, v := range c.Status {
+		c.Status[k] = min(v, top)
+	}
+	for k, v := range c.Priority {
+		c.Priority[k] = min(v, top)
+	}
+	for k, v := range c.Reason {
+		c.Reason[k] = min(v, top)
+	}
+	capAll(c.Queue)
+	capAll(c.Assignment)
+	c.Total, c.All = min(c.Total, top), min(c.All, top)
+	c.AnyStatus, c.AnyQueue, c.AnyPriority = min(c.AnyStatus, top), min(c.AnyQueue, top), min(c.AnyPriority, top)
+	c.AnyAssignment, c.AnyReason = min(c.AnyAssignment, top), min(c.AnyReason, top)
+	return c
+}
+
+// inboxCountsBounded computes every facet count as a bounded count (see CountCap)
+// of the inbox rows matching that option with the other active filters and
+// the search; equal filter combinations are counted once, and all of them
+// in one statement. The cost is bounded by the number of options (statuses,
+// queues, priorities, assignments, reason codes) times CountCap, whatever the
+// number of sessions.
+func (s *Store) inboxCountsBounded(ctx context.Context, o InboxOpts, queues []string) (InboxCounts, error) {
 	var (
 		qs   []countQuery
 		keys = map[InboxFilter]int{}

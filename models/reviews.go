@@ -1028,8 +1028,13 @@ ORDER BY r.session_id, r.at_version, r.scored_at, r.event_id`, from, to).Rows()
 		}
 	)
 	for rows.Next() {
+		// Scanned column by column: GORM's ScanRows resolves the struct
+		// by reflection on every row, which cost most of the page at a few
+		// thousand scores.
 		var r scoreRow
-		if err := s.DB.ScanRows(rows, &r); err != nil {
+		if err := rows.Scan(&r.EventID, &r.SessionID, &r.AtVersion, &r.Reviewer,
+			&r.GoalClear, &r.StateCurrent, &r.EvidenceSufficient, &r.RisksExplicit, &r.NextStepActionable, &r.ScoredAt,
+			&r.Queue, &r.ClaimedAt, &r.DecidedAt); err != nil {
 			return ReviewStats{}, fmt.Errorf("review stats: scan: %w", err)
 		}
 		if len(item) > 0 && (item[0].SessionID != r.SessionID || item[0].AtVersion != r.AtVersion) {

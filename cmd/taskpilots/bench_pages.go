@@ -17,7 +17,9 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +36,7 @@ type pagesOpts struct {
 	requests    int
 	only        string
 	json        bool
+	cpuProfile  string
 }
 
 func pagesFlags(env *cliEnv, args []string) (pagesOpts, error) {
@@ -42,8 +45,9 @@ func pagesFlags(env *cliEnv, args []string) (pagesOpts, error) {
 	dbURL := databaseFlag(env, fs)
 	fs.IntVar(&o.clients, "clients", 8, "concurrent clients per page")
 	fs.IntVar(&o.requests, "requests", 200, "requests per page (after 5 unmeasured warm-up requests)")
-	fs.StringVar(&o.only, "only", "", "measure only the pages whose name contains this text")
+	fs.StringVar(&o.only, "only", "", "measure only the pages whose name contains this text (several: comma-separated)")
 	fs.BoolVar(&o.json, "json", false, "print the table as JSON")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured requests (server and clients, this process) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: taskpilots bench pages --database-url URL [--clients 8] [--requests 200]\n\n"+
 			"Serves the console and API in-process on localhost and asks each page\n"+
@@ -143,6 +147,17 @@ func runBenchPages(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintf(env.stderr, "bench pages: %s, %d events, %d clients × %d requests per page\n", s.Dialect, n, o.clients, o.requests)
 
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	apiClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.clients}}
 	var rows []pageResult
 	for _, p := range pages {
@@ -240,7 +255,7 @@ func pagesToMeasure(ctx context.Context, s *models.Store, only string) ([]benchP
 	}
 	var out []benchPage
 	for _, p := range all {
-		if only == "" || strings.Contains(p.name, only) {
+		if only == "" || slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return w != "" && strings.Contains(p.name, w) }) {
 			out = append(out, p)
 		}
 	}
