@@ -20,4 +20,5 @@ func (s *Store) ProductMetricsFromEvents(ctx context.Context, o MetricsOpts) (Pr
 // rollups, by name.
 var MetricRollupQueries = map[string]string{
 	"sums": rollupSumsSQL, "sessions": rollupSessionsSQL, "edge sessions": rollupEdgeSessionsSQL,
+	"previous hours": prevHoursSQL,
 }

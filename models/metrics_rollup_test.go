@@ -2,6 +2,9 @@ package models_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +71,47 @@ func TestMetricsRollupsMatchFold(t *testing.T) {
 			t.Fatalf("second rollup = %d hours, %v; want none", n, err)
 		}
 		compare("rolled up")
+
+		// Migration 00024 derives metric_session_firsts from the session
+		// rows of the hours rolled up before it: the same rows the pass
+		// writes.
+		firsts := func() string {
+			t.Helper()
+			var rows []struct {
+				Bucket models.UTCTime
+				Queue  string
+				Kind   string
+				Prev   models.UTCTime
+				N      int64
+			}
+			if err := s.DB.Raw(`SELECT bucket, queue, kind, prev, n FROM metric_session_firsts ORDER BY bucket, queue, kind, prev`).Scan(&rows).Error; err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(rows)
+			return string(b)
+		}
+		want := firsts()
+		if want == "null" || !strings.Contains(want, `"Kind":"reworked"`) || !strings.Contains(want, `"Kind":"infra"`) {
+			t.Fatalf("session firsts after the rollups = %s", want)
+		}
+		mig, err := os.ReadFile(filepath.Join("..", "migrations", string(s.Dialect), "00024_metric_session_firsts.sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, _, _ := strings.Cut(string(mig), "-- +goose Down")
+		_, backfill, ok := strings.Cut(up, "INSERT INTO metric_session_firsts")
+		if !ok {
+			t.Fatal("migration 00024 has no backfill")
+		}
+		if err := s.DB.Exec(`DELETE FROM metric_session_firsts`).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB.Exec("INSERT INTO metric_session_firsts" + backfill).Error; err != nil {
+			t.Fatalf("backfill: %v", err)
+		}
+		if got := firsts(); got != want {
+			t.Errorf("migration 00024's backfill gives\n%s\nthe rollup pass wrote\n%s", got, want)
+		}
+		compare("backfilled by the migration")
 	})
 }
