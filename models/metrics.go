@@ -443,13 +443,37 @@ func (s *Store) ProductMetrics(ctx context.Context, o MetricsOpts) (ProductMetri
 // productMetrics is ProductMetrics, with or without the rollups (the
 // equivalence tests compute both).
 func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool) (ProductMetrics, error) {
+	pm, err := s.windowMetrics(ctx, o, rollups, nil)
+	if err != nil {
+		return ProductMetrics{}, err
+	}
+	return pm, s.nowStats(ctx, &pm)
+}
+
+// nowStats fills the figures of pm that are not windowed (SLA, stalled).
+func (s *Store) nowStats(ctx context.Context, pm *ProductMetrics) error {
+	sla, err := s.SLAStats(ctx)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	pm.SLA = sla
+	if pm.Stalled, err = s.StalledStats(ctx); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// windowMetrics is ProductMetrics without the figures that are not
+// windowed (SLA, Stalled). edges, when not nil, keeps the folds of the
+// partial hours for other windows of the same request (MetricsDashboard).
+func (s *Store) windowMetrics(ctx context.Context, o MetricsOpts, rollups bool, edges edgeFolds) (ProductMetrics, error) {
 	if err := o.Validate(); err != nil {
 		return ProductMetrics{}, err
 	}
 	from, to := NewUTCTime(o.From), NewUTCTime(o.To)
 	f := newMetricsFold(from.Time, to.Time)
 	if rollups {
-		if err := s.foldWithRollups(ctx, f, from, to); err != nil {
+		if err := s.foldWithRollups(ctx, f, from, to, edges); err != nil {
 			return ProductMetrics{}, err
 		}
 	} else if err := s.foldEvents(ctx, f, from, to); err != nil {
@@ -460,24 +484,53 @@ func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool)
 	}
 	pm := ProductMetrics{From: from.Time, To: to.Time, Overall: f.overall.set(), Queues: map[string]MetricSet{}}
 	for q, a := range f.queues {
-		if o.Queue == "" || q == o.Queue {
-			pm.Queues[q] = a.set()
+		pm.Queues[q] = a.set()
+	}
+	return pm.ForQueue(o.Queue), nil
+}
+
+// ForQueue returns pm with Queues limited to queue (reported even when it
+// has no data); an empty queue keeps them all. Overall stays system-wide.
+func (pm ProductMetrics) ForQueue(queue string) ProductMetrics {
+	if queue == "" {
+		return pm
+	}
+	m, ok := pm.Queues[queue]
+	if !ok {
+		m = (&metricAcc{}).set()
+	}
+	pm.Queues = map[string]MetricSet{queue: m}
+	return pm
+}
+
+// BusiestQueues lists at most n of pm's queues, the most sessions with
+// delegated work first (then the most write attempts, then by name), for
+// views that cannot show every queue.
+func (pm ProductMetrics) BusiestQueues(n int) []string {
+	qs := make([]string, 0, len(pm.Queues))
+	for q := range pm.Queues {
+		qs = append(qs, q)
+	}
+	attempts := func(m MetricSet) int64 {
+		if m.StateConflicts == nil {
+			return 0
 		}
+		return m.StateConflicts.WriteAttempts
 	}
-	if o.Queue != "" {
-		if _, ok := pm.Queues[o.Queue]; !ok {
-			pm.Queues[o.Queue] = (&metricAcc{}).set()
+	sort.Slice(qs, func(i, j int) bool {
+		a, b := pm.Queues[qs[i]], pm.Queues[qs[j]]
+		if a.Rework.Sessions != b.Rework.Sessions {
+			return a.Rework.Sessions > b.Rework.Sessions
 		}
+		if attempts(a) != attempts(b) {
+			return attempts(a) > attempts(b)
+		}
+		return qs[i] < qs[j]
+	})
+	if n >= 0 && len(qs) > n {
+		qs = qs[:n]
 	}
-	sla, err := s.SLAStats(ctx)
-	if err != nil {
-		return ProductMetrics{}, fmt.Errorf("metrics: %w", err)
-	}
-	pm.SLA = sla
-	if pm.Stalled, err = s.StalledStats(ctx); err != nil {
-		return ProductMetrics{}, fmt.Errorf("metrics: %w", err)
-	}
-	return pm, nil
+	return qs
 }
 
 func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {

@@ -487,10 +487,47 @@ FROM metric_session_hours WHERE session_id IN ? AND bucket >= ? AND bucket < ? G
 // errRolledByOther: another process rolled the hour up meanwhile.
 var errRolledByOther = errors.New("hour rolled up by another process")
 
+// edgeFold is the fold of a partial hour at a window's end: its counters,
+// and the flags of the sessions it saw, per queue.
+type edgeFold struct {
+	fold     *metricsFold
+	sessions map[string]map[string]uint8
+}
+
+// edgeFolds keeps the folds of partial hours by their span (in Unix
+// nanoseconds), for the windows of one request that share an end.
+type edgeFolds map[[2]int64]*edgeFold
+
+// foldEdge folds the events of [from, to), a part of one hour.
+func (s *Store) foldEdge(ctx context.Context, from, to UTCTime, cache edgeFolds) (*edgeFold, error) {
+	k := [2]int64{from.UnixNano(), to.UnixNano()}
+	if e := cache[k]; e != nil {
+		return e, nil
+	}
+	e := &edgeFold{fold: newMetricsFold(from.Time, to.Time), sessions: map[string]map[string]uint8{}}
+	e.fold.onActive = func(sf *sessionFold) {
+		m := e.sessions[sf.id]
+		if m == nil {
+			m = map[string]uint8{}
+			e.sessions[sf.id] = m
+		}
+		for q, fl := range sessionFlags(sf) {
+			m[q] |= fl
+		}
+	}
+	if err := s.foldEvents(ctx, e.fold, from, to); err != nil {
+		return nil, err
+	}
+	if cache != nil {
+		cache[k] = e
+	}
+	return e, nil
+}
+
 // foldWithRollups fills f (window [from, to)) from the rollups of the whole
 // hours of the window that are rolled up, and by folding the events of the
-// rest.
-func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UTCTime) error {
+// rest (through cache, when not nil).
+func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UTCTime, cache edgeFolds) error {
 	db := s.DB.WithContext(ctx)
 	w, ok, err := rolledThrough(db)
 	if err != nil {
@@ -506,26 +543,25 @@ func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UT
 	ua, ub := NewUTCTime(a), NewUTCTime(b)
 	// The ends, folded; their sessions are counted below.
 	edge := map[string]map[string]uint8{}
-	collect := func(sf *sessionFold) {
-		m := edge[sf.id]
-		if m == nil {
-			m = map[string]uint8{}
-			edge[sf.id] = m
-		}
-		for q, fl := range sessionFlags(sf) {
-			m[q] |= fl
-		}
-	}
 	for _, span := range [][2]UTCTime{{from, ua}, {ub, to}} {
 		if !span[0].Time.Before(span[1].Time) {
 			continue
 		}
-		g := newMetricsFold(span[0].Time, span[1].Time)
-		g.onActive = collect
-		if err := s.foldEvents(ctx, g, span[0], span[1]); err != nil {
+		e, err := s.foldEdge(ctx, span[0], span[1], cache)
+		if err != nil {
 			return err
 		}
-		f.mergeCounters(g)
+		f.mergeCounters(e.fold)
+		for id, qs := range e.sessions {
+			m := edge[id]
+			if m == nil {
+				m = map[string]uint8{}
+				edge[id] = m
+			}
+			for q, fl := range qs {
+				m[q] |= fl
+			}
+		}
 	}
 	// The whole hours' counters.
 	var sums []struct {
