@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // Product metrics (DESIGN.md "Metrics"), computed from the event log over a
@@ -17,8 +19,9 @@ import (
 // definitions; each is spelled out on its type below.
 //
 // How they are computed: one query finds the sessions with an event in the
-// window (events(created_at, id)) and streams those sessions' events up to
-// To in (session_id, seq) order (the events' primary key); payloads are sent
+// window (events(created_at, id)), then those sessions' events up to To are
+// streamed, 500 sessions a statement, in (session_id, seq) order
+// (events_session_seq_key); payloads are sent
 // only for the event types whose payload matters and are decoded in Go into
 // one small struct. A per-session fold then walks each history once, so that
 // things that began before the window (a lease taken yesterday, an
@@ -533,16 +536,47 @@ func (pm ProductMetrics) BusiestQueues(n int) []string {
 	return qs
 }
 
-func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {
-	rows, err := s.DB.WithContext(ctx).Raw(`SELECT e.session_id, e.seq, e.type, e.created_at,
+// The fold's two reads (TestMetricsRollupPlansAtScale EXPLAINs them): the
+// sessions with an event in the window (events_created_idx), then, a chunk
+// of those sessions at a time in id order, their histories up to the
+// window's end (events_session_seq_key). As one statement (session_id IN
+// (SELECT ...)) PostgreSQL judged a hash join over a sequential scan of
+// every event cheaper than that many index ranges, and read a million
+// events to fold a few hundred sessions.
+const (
+	foldSessionsSQL = `SELECT DISTINCT session_id FROM events WHERE created_at >= ? AND created_at < ? ORDER BY session_id`
+	foldEventsSQL   = `SELECT e.session_id, e.seq, e.type, e.created_at,
 	CASE WHEN e.type IN ? THEN e.payload ELSE '' END AS payload
 FROM events e
-WHERE e.session_id IN (
-	SELECT DISTINCT w.session_id FROM events w
-	WHERE w.created_at >= ? AND w.created_at < ?
+WHERE e.session_id IN ? AND e.created_at < ?
+ORDER BY e.session_id, e.seq`
 )
-AND e.created_at < ?
-ORDER BY e.session_id, e.seq`, metricPayloadTypes, from, to, to).Rows()
+
+// foldChunk is how many sessions' histories one statement of the fold reads.
+const foldChunk = 500
+
+func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {
+	db := s.DB.WithContext(ctx)
+	var ids []string
+	if err := db.Raw(foldSessionsSQL, from, to).Scan(&ids).Error; err != nil {
+		return fmt.Errorf("metrics: sessions of the window: %w", err)
+	}
+	// Sorted in Go too: the chunks must follow each other in id order
+	// whatever the database's collation.
+	sort.Strings(ids)
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), foldChunk)]
+		ids = ids[len(chunk):]
+		if err := s.foldChunk(db, f, chunk, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// foldChunk folds the histories (up to to) of some sessions.
+func (s *Store) foldChunk(db *gorm.DB, f *metricsFold, ids []string, to UTCTime) error {
+	rows, err := db.Raw(foldEventsSQL, metricPayloadTypes, ids, to).Rows()
 	if err != nil {
 		return fmt.Errorf("metrics: load events: %w", err)
 	}

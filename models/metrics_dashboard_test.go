@@ -36,7 +36,7 @@ func TestMetricsDashboardFoldsEachEndOnce(t *testing.T) {
 
 		var folds atomic.Int64
 		count := func(db *gorm.DB) {
-			if strings.Contains(db.Statement.SQL.String(), "FROM events e") {
+			if strings.Contains(db.Statement.SQL.String(), "SELECT DISTINCT session_id FROM events WHERE") {
 				folds.Add(1)
 			}
 		}
