@@ -22,3 +22,6 @@ var MetricRollupQueries = map[string]string{
 	"sums": rollupSumsSQL, "sessions": rollupSessionsSQL, "edge sessions": rollupEdgeSessionsSQL,
 	"previous hours": prevHoursSQL,
 }
+
+// MetricFoldQueries are the fold's reads of the event log, by name.
+var MetricFoldQueries = map[string]string{"sessions": foldSessionsSQL, "events": foldEventsSQL}

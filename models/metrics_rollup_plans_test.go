@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -82,6 +84,45 @@ WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
 				t.Fatalf("%s %s: %v", name, wname, err)
 			}
 			t.Logf("%s over %s: %v", name, wname, time.Since(began).Round(time.Microsecond))
+		}
+	}
+
+	// The fold of a window's partial hours: 200,000 events of 20,000
+	// sessions over 30 days (the foreign key to sessions is not checked
+	// while they are written).
+	events := rows / 5
+	err := s.DB.Transaction(func(tx *gorm.DB) error {
+		for _, q := range []string{`SET LOCAL session_replication_role = replica`,
+			fmt.Sprintf(`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload, prev_hash, hash, created_at)
+SELECT 'evt_' || g, 'ses_' || lpad((g / 10)::text, 9, '0'), g %% 10 + 1, 'delegation.leased', 'worker:w', g %% 10, g %% 10 + 1, '{}', '', '',
+	'2026-12-01'::timestamptz - make_interval(secs => (%d - g)::double precision * %d / %d)
+FROM generate_series(0, %d) g`, events, 30*24*3600, events, events-1),
+			`ANALYZE events`} {
+			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("build events: %v", err)
+	}
+	end = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	edge := [2]models.UTCTime{models.NewUTCTime(end.Add(-40 * time.Minute)), models.NewUTCTime(end)}
+	var edgeIDs []string
+	if err := s.DB.Raw(models.MetricFoldQueries["sessions"], edge[0], edge[1]).Scan(&edgeIDs).Error; err != nil || len(edgeIDs) == 0 {
+		t.Fatalf("sessions of the last 40 minutes: %d, %v", len(edgeIDs), err)
+	}
+	for name, args := range map[string][]any{
+		"sessions": {edge[0], edge[1]},
+		"events":   {[]string{"delegation.created"}, edgeIDs[:min(len(edgeIDs), 500)], edge[1]},
+	} {
+		var plan []string
+		if err := s.DB.Raw("EXPLAIN "+models.MetricFoldQueries[name], args...).Scan(&plan).Error; err != nil {
+			t.Fatalf("fold %s: explain: %v", name, err)
+		}
+		if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") {
+			t.Errorf("the fold's %s query over a partial hour scans a table:\n%s", name, text)
 		}
 	}
 }
