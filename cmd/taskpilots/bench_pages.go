@@ -234,6 +234,7 @@ func pagesToMeasure(ctx context.Context, s *models.Store, only string) ([]benchP
 		{name: "metrics 7d", path: "/console/admin/metrics?window=7d"},
 		{name: "metrics 30d", path: "/console/admin/metrics?window=30d"},
 		{name: "metrics custom", path: "/console/admin/metrics?" + custom},
+		{name: "metrics 24h, all queues", path: "/console/admin/metrics?window=24h&queues=all"},
 		{name: "API sessions list", path: "/api/v1/sessions?limit=50", api: true},
 		{name: "API sessions, search", path: "/api/v1/sessions?limit=50&q=refund", api: true},
 		{name: "API session", path: "/api/v1/sessions/" + escalated, api: true},
