@@ -25,3 +25,7 @@ var MetricRollupQueries = map[string]string{
 
 // MetricFoldQueries are the fold's reads of the event log, by name.
 var MetricFoldQueries = map[string]string{"sessions": foldSessionsSQL, "events": foldEventsSQL}
+
+// SetFoldChunkSize sets how many sessions one statement of the metrics
+// fold reads (0: the default).
+func (s *Store) SetFoldChunkSize(n int) { s.foldChunkOverride = n }

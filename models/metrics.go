@@ -552,8 +552,9 @@ WHERE e.session_id IN ? AND e.created_at < ?
 ORDER BY e.session_id, e.seq`
 )
 
-// foldChunk is how many sessions' histories one statement of the fold reads.
-const foldChunk = 500
+// foldChunkSize is how many sessions' histories one statement of the fold
+// reads.
+const foldChunkSize = 500
 
 func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {
 	db := s.DB.WithContext(ctx)
@@ -561,11 +562,16 @@ func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime
 	if err := db.Raw(foldSessionsSQL, from, to).Scan(&ids).Error; err != nil {
 		return fmt.Errorf("metrics: sessions of the window: %w", err)
 	}
-	// Sorted in Go too: the chunks must follow each other in id order
-	// whatever the database's collation.
+	// Each session's events come in one chunk, together (ORDER BY
+	// session_id), whatever the order of the chunks; sorted so that a
+	// request reads the sessions in the same order every time.
 	sort.Strings(ids)
+	size := foldChunkSize
+	if s.foldChunkOverride > 0 {
+		size = s.foldChunkOverride
+	}
 	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), foldChunk)]
+		chunk := ids[:min(len(ids), size)]
 		ids = ids[len(chunk):]
 		if err := s.foldChunk(db, f, chunk, to); err != nil {
 			return err

@@ -55,8 +55,23 @@ func TestMetricsRollupsMatchFold(t *testing.T) {
 				}
 			}
 		}
-		// Before any rollup, the request folds everything.
+		// Before any rollup, the request folds everything; a statement per
+		// session gives the same figures as one for them all.
 		compare("no rollups")
+		whole := models.MetricsOpts{From: w.t0.Add(-time.Hour), To: w.t0.Add(6 * time.Hour)}
+		s.SetFoldChunkSize(1)
+		oneByOne, err := s.ProductMetricsFromEvents(w.ctx, whole)
+		s.SetFoldChunkSize(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.ProductMetricsFromEvents(w.ctx, whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, e := string(mustJSON(t, oneByOne)), string(mustJSON(t, all)); g != e || all.Overall.Rework.Sessions < 3 {
+			t.Errorf("a session per statement gives\n%s\none statement gives\n%s", g, e)
+		}
 		// At 12:10, rolled up to 12:00 (the hour that ended 5 minutes ago).
 		w.at(3*time.Hour + 10*xMin)
 		if n, err := s.RollupMetrics(w.ctx); err != nil || n == 0 {
