@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -15,41 +16,56 @@ import (
 // for its trend lines: two hours, one day, three days.
 var MetricsBuckets = map[string]int{"24h": 12, "7d": 7, "30d": 10}
 
+// customBuckets is how many trend buckets a custom range of length d has:
+// as many as the window it is closest to above.
+func customBuckets(d time.Duration) int {
+	switch {
+	case d <= 2*24*time.Hour:
+		return MetricsBuckets["24h"]
+	case d <= 14*24*time.Hour:
+		return MetricsBuckets["7d"]
+	}
+	return MetricsBuckets["30d"]
+}
+
+// MetricsBarQueues is how many queues the dashboard's per-queue bars show
+// unless all are asked for (queues=all): the busiest first, so that the
+// page stays small with many queues.
+const MetricsBarQueues = 12
+
 // MetricsDashboard serves GET /console/admin/metrics?window=24h|7d|30d
-// &queue=NAME: the product metrics of the window, with a trend line
-// and a bar per queue each, computed by models.ProductMetrics like the API.
+// (or from=TIME&to=TIME)&queue=NAME&queues=all: the product metrics of the window, with a trend
+// line and bars per queue each, computed by models.MetricsDashboard with
+// the definitions of the API.
 func MetricsDashboard(s *models.Store) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		window := c.QueryParam("window")
-		if window == "" {
-			window = DefaultMetricWindow
-		}
 		queue := strings.TrimSpace(c.QueryParam("queue"))
-		o, err := MetricsWindow(window, queue, s.Now())
+		window, o, err := MetricsRange(c.QueryParam("window"), c.QueryParam("from"), c.QueryParam("to"), queue, s.Now())
 		if err != nil {
 			return err
 		}
-		ctx := c.Request().Context()
-		d := views.MetricsDashData{Window: window, Windows: []string{"24h", "7d", "30d"}, Queue: queue}
-		// The queue list comes from the unfiltered window, so the choice
-		// stays complete while one queue is shown.
-		all := o
-		all.Queue = ""
-		if d.Total, err = s.ProductMetrics(ctx, all); err != nil {
+		d := views.MetricsDashData{Window: window, Windows: []string{"24h", "7d", "30d"}, Queue: queue,
+			AllQueues: c.QueryParam("queues") == "all"}
+		buckets, ok := MetricsBuckets[window]
+		if !ok {
+			buckets = customBuckets(o.To.Sub(o.From))
+		}
+		total, trend, err := s.MetricsDashboard(c.Request().Context(), o, buckets)
+		if err != nil {
 			return err
 		}
-		for q := range d.Total.Queues {
+		// The queue list comes from the unfiltered window, so the choice
+		// stays complete while one queue is shown.
+		for q := range total.Queues {
 			d.Queues = append(d.Queues, q)
 		}
 		sort.Strings(d.Queues)
-		if queue != "" {
-			if d.Total, err = s.ProductMetrics(ctx, o); err != nil {
-				return err
-			}
+		limit := MetricsBarQueues
+		if d.AllQueues {
+			limit = -1
 		}
-		if d.Trend, err = s.MetricsTrend(ctx, o, MetricsBuckets[window]); err != nil {
-			return err
-		}
+		d.BarQueues = total.BusiestQueues(limit)
+		d.Total, d.Trend = total.ForQueue(queue), trend
 		return Render(c, http.StatusOK, views.MetricsDashPage(d))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/PuerkitoBio/goquery"
 
+	"github.com/taskpilots/handoff/handlers"
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 	"github.com/taskpilots/handoff/web"
@@ -332,6 +334,57 @@ func TestMetricsDashboard(t *testing.T) {
 		doc = getDoc(root, "/console/admin/metrics?window=7d&queue=refunds")
 		if v := squash(doc.Find(`[data-metric="state_conflicts"] [data-testid="metric-value"]`)); v != "0.0 ‰" {
 			t.Errorf("per-queue conflict headline = %q", v)
+		}
+		// Many queues (46, as a seeded database of 1 M events has): the
+		// bars show the busiest MetricsBarQueues (refunds, the one with
+		// sessions, first) and link to all of them; the page stays under
+		// 150 KB.
+		for i := range 45 {
+			if err := s.RecordRejections(ctx, []models.Rejection{{At: time.Now(), Reason: models.RejectStale,
+				Queue: fmt.Sprintf("extra-%02d", i), Count: int64(i + 1)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, w := range []string{"24h", "7d", "30d"} {
+			if p := root.get("/console/admin/metrics?window=" + w); p.StatusCode != http.StatusOK || len(p.Body) > 150*1024 {
+				t.Errorf("metrics page %s with 46 queues: status %d, %d bytes, want at most 150 KB", w, p.StatusCode, len(p.Body))
+			}
+		}
+		doc = getDoc(root, "/console/admin/metrics?window=7d")
+		doc.Find(`[data-testid="bar-chart"]`).Each(func(_ int, c *goquery.Selection) {
+			bars := c.Find(`[data-testid="bar"]`)
+			if bars.Length() != handlers.MetricsBarQueues || attrOf(bars.First(), "data-label") != "refunds" {
+				t.Errorf("chart %s: %d bars, first %q; want %d, refunds first", attrOf(c, "data-chart"), bars.Length(),
+					attrOf(bars.First(), "data-label"), handlers.MetricsBarQueues)
+			}
+		})
+		all := doc.Find(`[data-testid="metrics-all-queues"]`)
+		if href, _ := all.Attr("href"); !strings.Contains(href, "queues=all") {
+			t.Fatalf("no link to every queue's bars: %q", href)
+		}
+		href, _ := all.Attr("href")
+		doc = getDoc(root, href)
+		queues := doc.Find(`#metrics-queue option`).Length() - 1
+		if n := doc.Find(`[data-metric="rework"] [data-testid="bar"]`).Length(); n != queues || n < handlers.MetricsBarQueues+2 {
+			t.Errorf("all queues: %d bars, want %d", n, queues)
+		}
+		if doc.Find(`[data-testid="metrics-all-queues"]`).Length() != 0 {
+			t.Error("all queues shown, and still a link to show them all")
+		}
+		// A custom range: the same figures as the API's for it.
+		from, to := time.Now().Add(-36*time.Hour).UTC().Truncate(time.Second), time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		rangeQ := "from=" + url.QueryEscape(from.Format(time.RFC3339)) + "&to=" + url.QueryEscape(to.Format(time.RFC3339))
+		doc = getDoc(root, "/console/admin/metrics?"+rangeQ)
+		if n := doc.Find(`[data-metric="rework"] [data-testid="line-chart"]`).AttrOr("data-points", ""); n != "12" {
+			t.Errorf("custom range: %s points, want 12", n)
+		}
+		if v, _ := doc.Find(`[data-testid="metrics-queue-form"] input[name="from"]`).Attr("value"); v != from.Format(time.RFC3339) {
+			t.Errorf("custom range: the queue form keeps from = %q", v)
+		}
+		for _, bad := range []string{"from=yesterday&to=now", "from=" + url.QueryEscape(to.Format(time.RFC3339)) + "&to=" + url.QueryEscape(from.Format(time.RFC3339))} {
+			if p := root.get("/console/admin/metrics?" + bad); p.StatusCode != http.StatusUnprocessableEntity {
+				t.Errorf("custom range %s: %d", bad, p.StatusCode)
+			}
 		}
 		if p := root.get("/console/admin/metrics?window=1y"); p.StatusCode != http.StatusUnprocessableEntity {
 			t.Errorf("bad window: %d", p.StatusCode)

@@ -48,16 +48,43 @@ func MetricsWindow(window, queue string, now time.Time) (models.MetricsOpts, err
 	return o, o.Validate()
 }
 
-// ProductMetrics serves GET /api/v1/metrics?window=24h|7d|30d&queue=NAME: the
-// product metrics of DESIGN.md for the window ending now, overall and per
-// queue (only NAME when queue is given).
-func ProductMetrics(s *models.Store) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		window := c.QueryParam("window")
+// CustomMetricWindow is the window's name for a range given by from and to.
+const CustomMetricWindow = "custom"
+
+// MetricsRange is MetricsWindow, or, when from or to is given, the custom
+// range [from, to) (RFC 3339 times; both are required) under the window name
+// CustomMetricWindow. It returns the window's name.
+func MetricsRange(window, from, to, queue string, now time.Time) (string, models.MetricsOpts, error) {
+	if from == "" && to == "" {
 		if window == "" {
 			window = DefaultMetricWindow
 		}
-		o, err := MetricsWindow(window, c.QueryParam("queue"), s.Now())
+		o, err := MetricsWindow(window, queue, now)
+		return window, o, err
+	}
+	v := &models.ValidationError{}
+	parse := func(field, text string) time.Time {
+		t, err := time.Parse(time.RFC3339, text)
+		if err != nil {
+			v.Add(field, "must be an RFC 3339 time, e.g. 2026-11-02T09:00:00Z")
+		}
+		return t
+	}
+	o := models.MetricsOpts{From: parse("from", from), To: parse("to", to), Queue: queue}
+	if err := v.Err(); err != nil {
+		return "", o, err
+	}
+	return CustomMetricWindow, o, o.Validate()
+}
+
+// ProductMetrics serves GET /api/v1/metrics?window=24h|7d|30d&queue=NAME (or
+// from=TIME&to=TIME for a custom range): the product metrics of DESIGN.md
+// for the window ending now, overall and per queue (only NAME when queue is
+// given).
+func ProductMetrics(s *models.Store) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		window, o, err := MetricsRange(c.QueryParam("window"), c.QueryParam("from"), c.QueryParam("to"),
+			c.QueryParam("queue"), s.Now())
 		if err != nil {
 			return err
 		}

@@ -575,32 +575,76 @@ func (v *Verifier) Wait(ctx context.Context) error {
 	}
 }
 
-// MetricsTrend computes the product metrics of o's window split into n equal
-// buckets, oldest first, with ProductMetrics, so the dashboard's charts use
-// exactly the definitions of the API.
+// MetricsTrend computes the product metrics of o's window split into n
+// buckets, oldest first, with the definitions of ProductMetrics, so the
+// dashboard's charts use exactly those of the API. The buckets are equal
+// but for their boundaries inside the window, which are moved back to the
+// hour when buckets are an hour or longer: then only the first and the
+// last bucket have a partial hour, the others read the rollups only.
 func (s *Store) MetricsTrend(ctx context.Context, o MetricsOpts, n int) ([]ProductMetrics, error) {
+	_, trend, err := s.metricsTrend(ctx, o, n, nil)
+	return trend, err
+}
+
+// MetricsDashboard computes ProductMetrics(o) (all queues, or o.Queue's)
+// and MetricsTrend(o, n) in one go: the figures that are not windowed once,
+// and each partial hour at the window's ends folded once.
+func (s *Store) MetricsDashboard(ctx context.Context, o MetricsOpts, n int) (ProductMetrics, []ProductMetrics, error) {
+	edges := edgeFolds{}
+	all := o
+	all.Queue = ""
+	total, err := s.windowMetrics(ctx, all, true, edges)
+	if err != nil {
+		return ProductMetrics{}, nil, err
+	}
+	now, trend, err := s.metricsTrend(ctx, o, n, edges)
+	if err != nil {
+		return ProductMetrics{}, nil, err
+	}
+	total.SLA, total.Stalled = now.SLA, now.Stalled
+	return total, trend, nil
+}
+
+// metricsTrend is MetricsTrend through edges; it also returns the figures
+// that are not windowed, which every bucket carries.
+func (s *Store) metricsTrend(ctx context.Context, o MetricsOpts, n int, edges edgeFolds) (ProductMetrics, []ProductMetrics, error) {
 	if err := o.Validate(); err != nil {
-		return nil, err
+		return ProductMetrics{}, nil, err
+	}
+	if edges == nil {
+		edges = edgeFolds{}
 	}
 	if n < 1 {
 		n = 1
 	}
+	var now ProductMetrics
+	if err := s.nowStats(ctx, &now); err != nil {
+		return ProductMetrics{}, nil, err
+	}
 	step := o.To.Sub(o.From) / time.Duration(n)
+	bound := func(i int) time.Time {
+		switch {
+		case i == 0:
+			return o.From
+		case i == n:
+			return o.To
+		case step >= time.Hour:
+			return o.From.Add(time.Duration(i) * step).Truncate(time.Hour)
+		}
+		return o.From.Add(time.Duration(i) * step)
+	}
 	out := make([]ProductMetrics, 0, n)
 	for i := 0; i < n; i++ {
 		b := o
-		b.From = o.From.Add(time.Duration(i) * step)
-		b.To = b.From.Add(step)
-		if i == n-1 {
-			b.To = o.To
-		}
-		pm, err := s.ProductMetrics(ctx, b)
+		b.From, b.To = bound(i), bound(i+1)
+		pm, err := s.windowMetrics(ctx, b, true, edges)
 		if err != nil {
-			return nil, err
+			return ProductMetrics{}, nil, err
 		}
+		pm.SLA, pm.Stalled = now.SLA, now.Stalled
 		out = append(out, pm)
 	}
-	return out, nil
+	return now, out, nil
 }
 
 // adminLater queues the admin audit row of a change made in tx, so that it

@@ -76,6 +76,9 @@ type Store struct {
 	maint maintState
 	// replica is the read replica (nil: every read goes to the primary).
 	replica *replica
+	// foldChunkOverride, when set (tests only), is how many sessions one statement
+	// of the metrics fold reads instead of foldChunkSize.
+	foldChunkOverride int
 	// bulkHook, when set (tests only), runs before each session of a bulk
 	// is written, so a test can change the session in between.
 	bulkHook func(sessionID string)

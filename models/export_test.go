@@ -24,6 +24,7 @@ func (s *Store) ProductMetricsFromEvents(ctx context.Context, o MetricsOpts) (Pr
 // rollups, by name.
 var MetricRollupQueries = map[string]string{
 	"sums": rollupSumsSQL, "sessions": rollupSessionsSQL, "edge sessions": rollupEdgeSessionsSQL,
+	"previous hours": prevHoursSQL,
 }
 
 // ReadInRecovery asks the read handle of ctx's reader whether it is a
@@ -42,3 +43,10 @@ func (s *Store) ClaimStatements(queue string, now UTCTime) map[string][2]any {
 		"batch":  {claimBatchSQL, pgClaimArgs(true, queue, "{a,b,c,d,e,f,g,h,i,j}", "w", now, 10)},
 	}
 }
+
+// MetricFoldQueries are the fold's reads of the event log, by name.
+var MetricFoldQueries = map[string]string{"sessions": foldSessionsSQL, "events": foldEventsSQL}
+
+// SetFoldChunkSize sets how many sessions one statement of the metrics
+// fold reads (0: the default).
+func (s *Store) SetFoldChunkSize(n int) { s.foldChunkOverride = n }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // Product metrics (DESIGN.md "Metrics"), computed from the event log over a
@@ -17,8 +19,9 @@ import (
 // definitions; each is spelled out on its type below.
 //
 // How they are computed: one query finds the sessions with an event in the
-// window (events(created_at, id)) and streams those sessions' events up to
-// To in (session_id, seq) order (the events' primary key); payloads are sent
+// window (events(created_at, id)), then those sessions' events up to To are
+// streamed, 500 sessions a statement, in (session_id, seq) order
+// (events_session_seq_key); payloads are sent
 // only for the event types whose payload matters and are decoded in Go into
 // one small struct. A per-session fold then walks each history once, so that
 // things that began before the window (a lease taken yesterday, an
@@ -443,13 +446,37 @@ func (s *Store) ProductMetrics(ctx context.Context, o MetricsOpts) (ProductMetri
 // productMetrics is ProductMetrics, with or without the rollups (the
 // equivalence tests compute both).
 func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool) (ProductMetrics, error) {
+	pm, err := s.windowMetrics(ctx, o, rollups, nil)
+	if err != nil {
+		return ProductMetrics{}, err
+	}
+	return pm, s.nowStats(ctx, &pm)
+}
+
+// nowStats fills the figures of pm that are not windowed (SLA, stalled).
+func (s *Store) nowStats(ctx context.Context, pm *ProductMetrics) error {
+	sla, err := s.SLAStats(ctx)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	pm.SLA = sla
+	if pm.Stalled, err = s.StalledStats(ctx); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// windowMetrics is ProductMetrics without the figures that are not
+// windowed (SLA, Stalled). edges, when not nil, keeps the folds of the
+// partial hours for other windows of the same request (MetricsDashboard).
+func (s *Store) windowMetrics(ctx context.Context, o MetricsOpts, rollups bool, edges edgeFolds) (ProductMetrics, error) {
 	if err := o.Validate(); err != nil {
 		return ProductMetrics{}, err
 	}
 	from, to := NewUTCTime(o.From), NewUTCTime(o.To)
 	f := newMetricsFold(from.Time, to.Time)
 	if rollups {
-		if err := s.foldWithRollups(ctx, f, from, to); err != nil {
+		if err := s.foldWithRollups(ctx, f, from, to, edges); err != nil {
 			return ProductMetrics{}, err
 		}
 	} else if err := s.foldEvents(ctx, f, from, to); err != nil {
@@ -460,36 +487,102 @@ func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool)
 	}
 	pm := ProductMetrics{From: from.Time, To: to.Time, Overall: f.overall.set(), Queues: map[string]MetricSet{}}
 	for q, a := range f.queues {
-		if o.Queue == "" || q == o.Queue {
-			pm.Queues[q] = a.set()
-		}
+		pm.Queues[q] = a.set()
 	}
-	if o.Queue != "" {
-		if _, ok := pm.Queues[o.Queue]; !ok {
-			pm.Queues[o.Queue] = (&metricAcc{}).set()
-		}
-	}
-	sla, err := s.SLAStats(ctx)
-	if err != nil {
-		return ProductMetrics{}, fmt.Errorf("metrics: %w", err)
-	}
-	pm.SLA = sla
-	if pm.Stalled, err = s.StalledStats(ctx); err != nil {
-		return ProductMetrics{}, fmt.Errorf("metrics: %w", err)
-	}
-	return pm, nil
+	return pm.ForQueue(o.Queue), nil
 }
 
-func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {
-	rows, err := s.read(ctx).Raw(`SELECT e.session_id, e.seq, e.type, e.created_at,
+// ForQueue returns pm with Queues limited to queue (reported even when it
+// has no data); an empty queue keeps them all. Overall stays system-wide.
+func (pm ProductMetrics) ForQueue(queue string) ProductMetrics {
+	if queue == "" {
+		return pm
+	}
+	m, ok := pm.Queues[queue]
+	if !ok {
+		m = (&metricAcc{}).set()
+	}
+	pm.Queues = map[string]MetricSet{queue: m}
+	return pm
+}
+
+// BusiestQueues lists at most n of pm's queues, the most sessions with
+// delegated work first (then the most write attempts, then by name), for
+// views that cannot show every queue.
+func (pm ProductMetrics) BusiestQueues(n int) []string {
+	qs := make([]string, 0, len(pm.Queues))
+	for q := range pm.Queues {
+		qs = append(qs, q)
+	}
+	attempts := func(m MetricSet) int64 {
+		if m.StateConflicts == nil {
+			return 0
+		}
+		return m.StateConflicts.WriteAttempts
+	}
+	sort.Slice(qs, func(i, j int) bool {
+		a, b := pm.Queues[qs[i]], pm.Queues[qs[j]]
+		if a.Rework.Sessions != b.Rework.Sessions {
+			return a.Rework.Sessions > b.Rework.Sessions
+		}
+		if attempts(a) != attempts(b) {
+			return attempts(a) > attempts(b)
+		}
+		return qs[i] < qs[j]
+	})
+	if n >= 0 && len(qs) > n {
+		qs = qs[:n]
+	}
+	return qs
+}
+
+// The fold's two reads (TestMetricsRollupPlansAtScale EXPLAINs them): the
+// sessions with an event in the window (events_created_idx), then, a chunk
+// of those sessions at a time in id order, their histories up to the
+// window's end (events_session_seq_key). As one statement (session_id IN
+// (SELECT ...)) PostgreSQL judged a hash join over a sequential scan of
+// every event cheaper than that many index ranges, and read a million
+// events to fold a few hundred sessions.
+const (
+	foldSessionsSQL = `SELECT DISTINCT session_id FROM events WHERE created_at >= ? AND created_at < ? ORDER BY session_id`
+	foldEventsSQL   = `SELECT e.session_id, e.seq, e.type, e.created_at,
 	CASE WHEN e.type IN ? THEN e.payload ELSE '' END AS payload
 FROM events e
-WHERE e.session_id IN (
-	SELECT DISTINCT w.session_id FROM events w
-	WHERE w.created_at >= ? AND w.created_at < ?
+WHERE e.session_id IN ? AND e.created_at < ?
+ORDER BY e.session_id, e.seq`
 )
-AND e.created_at < ?
-ORDER BY e.session_id, e.seq`, metricPayloadTypes, from, to, to).Rows()
+
+// foldChunkSize is how many sessions' histories one statement of the fold
+// reads.
+const foldChunkSize = 500
+
+func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {
+	db := s.read(ctx)
+	var ids []string
+	if err := db.Raw(foldSessionsSQL, from, to).Scan(&ids).Error; err != nil {
+		return fmt.Errorf("metrics: sessions of the window: %w", err)
+	}
+	// Each session's events come in one chunk, together (ORDER BY
+	// session_id), whatever the order of the chunks; sorted so that a
+	// request reads the sessions in the same order every time.
+	sort.Strings(ids)
+	size := foldChunkSize
+	if s.foldChunkOverride > 0 {
+		size = s.foldChunkOverride
+	}
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), size)]
+		ids = ids[len(chunk):]
+		if err := s.foldChunk(db, f, chunk, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// foldChunk folds the histories (up to to) of some sessions.
+func (s *Store) foldChunk(db *gorm.DB, f *metricsFold, ids []string, to UTCTime) error {
+	rows, err := db.Raw(foldEventsSQL, metricPayloadTypes, ids, to).Rows()
 	if err != nil {
 		return fmt.Errorf("metrics: load events: %w", err)
 	}

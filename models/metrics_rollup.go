@@ -23,8 +23,12 @@ import (
 // closed hour once and stores its counters per queue (metric_rollups; '*'
 // is the whole system) and the sessions it saw active, reworked or retried
 // per queue (metric_session_hours: the rework and infrastructure rates
-// count sessions, which do not add up across hours, so a window counts
-// distinct sessions over these rows).
+// count sessions, which do not add up across hours). A window counts each
+// session once, at its first hour in the window: metric_session_firsts
+// keeps, per hour, queue and kind, how many sessions had their previous
+// such hour at each earlier time, so a window's distinct count is a sum
+// over its hours of the rows whose previous hour is before the window,
+// without a sort of every session-hour row.
 //
 // A request for [from, to) reads the rollups of the whole hours inside it
 // that are rolled up, and folds the event log only for the partial hours
@@ -67,6 +71,105 @@ type metricSessionHour struct {
 }
 
 func (metricSessionHour) TableName() string { return "metric_session_hours" }
+
+// metricSessionFirst counts the sessions of a queue that had an hour of a
+// kind (active, reworked, infra) with their previous hour of that kind at
+// Prev (noPrevHour when none): a window [a, b) counts each session once, at
+// its hour in the window whose previous one is before a, so its distinct
+// count is SUM(n) over its hours' rows with prev < a (migration 00024).
+type metricSessionFirst struct {
+	Bucket UTCTime
+	Queue  string
+	Kind   string
+	Prev   UTCTime
+	N      int64
+}
+
+func (metricSessionFirst) TableName() string { return "metric_session_firsts" }
+
+// The kinds of metricSessionFirst.
+const (
+	kindActive   = "active"
+	kindReworked = "reworked"
+	kindInfra    = "infra"
+)
+
+// noPrevHour is metricSessionFirst.Prev for a session's first hour of a
+// kind.
+var noPrevHour = NewUTCTime(time.Unix(0, 0))
+
+// prevHoursSQL finds, for sessions of an hour being rolled up, their latest
+// earlier hour of each kind per queue (metric_session_hours_session_idx).
+const prevHoursSQL = `SELECT session_id, queue, MAX(bucket) AS active,
+	MAX(CASE WHEN reworked THEN bucket END) AS reworked,
+	MAX(CASE WHEN infra THEN bucket END) AS infra
+FROM metric_session_hours WHERE session_id IN ? AND bucket < ? GROUP BY session_id, queue`
+
+// sessionFirsts turns the session rows of an hour into its
+// metricSessionFirst rows, reading each session's previous hours.
+func sessionFirsts(db *gorm.DB, hour UTCTime, sessions []metricSessionHour) ([]metricSessionFirst, error) {
+	type key struct{ queue, kind string }
+	prevs := map[[2]string][3]UTCTime{}
+	ids := make([]string, 0, len(sessions))
+	seen := map[string]bool{}
+	for _, r := range sessions {
+		if !seen[r.SessionID] {
+			seen[r.SessionID] = true
+			ids = append(ids, r.SessionID)
+		}
+	}
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		var rows []struct {
+			SessionID string
+			Queue     string
+			Active    NullTime
+			Reworked  NullTime
+			Infra     NullTime
+		}
+		if err := db.Raw(prevHoursSQL, chunk, hour).Scan(&rows).Error; err != nil {
+			return nil, fmt.Errorf("metric rollups: previous hours: %w", err)
+		}
+		for _, r := range rows {
+			p := [3]UTCTime{noPrevHour, noPrevHour, noPrevHour}
+			for i, t := range []NullTime{r.Active, r.Reworked, r.Infra} {
+				if t.Valid {
+					p[i] = t.Time
+				}
+			}
+			prevs[[2]string{r.SessionID, r.Queue}] = p
+		}
+	}
+	counts := map[key]map[int64]int64{} // by prev, in Unix nanoseconds
+	add := func(q, kind string, prev UTCTime) {
+		k := key{q, kind}
+		if counts[k] == nil {
+			counts[k] = map[int64]int64{}
+		}
+		counts[k][prev.UnixNano()]++
+	}
+	for _, r := range sessions {
+		p, ok := prevs[[2]string{r.SessionID, r.Queue}]
+		if !ok {
+			p = [3]UTCTime{noPrevHour, noPrevHour, noPrevHour}
+		}
+		add(r.Queue, kindActive, p[0])
+		if r.Reworked {
+			add(r.Queue, kindReworked, p[1])
+		}
+		if r.Infra {
+			add(r.Queue, kindInfra, p[2])
+		}
+	}
+	var out []metricSessionFirst
+	for k, m := range counts {
+		for prev, n := range m {
+			out = append(out, metricSessionFirst{Bucket: hour, Queue: k.queue, Kind: k.kind, Prev: NewUTCTime(time.Unix(0, prev)), N: n})
+		}
+	}
+	return out, nil
+}
 
 // counters calls fn with every additive counter (and maximum, names ending
 // in _max) of a, skipping zeros; the distinct session counts are not among
@@ -313,6 +416,10 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 	f.overall.counters(func(name string, v int64) {
 		counters = append(counters, metricRollupRow{Bucket: from, Queue: overallQueue, Name: name, Value: v})
 	})
+	firsts, err := sessionFirsts(db, from, sessions)
+	if err != nil {
+		return false, err
+	}
 	err = s.Transact(ctx, func(tx *gorm.DB) error {
 		if s.Dialect == Postgres {
 			if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, metricRollupLockKey).Error; err != nil {
@@ -332,6 +439,9 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 		if err := tx.Where("bucket = ?", from).Delete(&metricSessionHour{}).Error; err != nil {
 			return err
 		}
+		if err := tx.Where("bucket = ?", from).Delete(&metricSessionFirst{}).Error; err != nil {
+			return err
+		}
 		if len(counters) > 0 {
 			if err := tx.CreateInBatches(counters, 1000).Error; err != nil {
 				return err
@@ -339,6 +449,11 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 		}
 		if len(sessions) > 0 {
 			if err := tx.CreateInBatches(sessions, 1000).Error; err != nil {
+				return err
+			}
+		}
+		if len(firsts) > 0 {
+			if err := tx.CreateInBatches(firsts, 1000).Error; err != nil {
 				return err
 			}
 		}
@@ -362,10 +477,8 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 const (
 	rollupSumsSQL = `SELECT queue, name, CAST(SUM(value) AS bigint) AS total, MAX(value) AS top FROM metric_rollups
 WHERE bucket >= ? AND bucket < ? GROUP BY queue, name`
-	rollupSessionsSQL = `SELECT queue, COUNT(DISTINCT session_id) AS sessions,
-	COUNT(DISTINCT CASE WHEN reworked THEN session_id END) AS reworked,
-	COUNT(DISTINCT CASE WHEN infra THEN session_id END) AS infra
-FROM metric_session_hours WHERE bucket >= ? AND bucket < ? GROUP BY queue`
+	rollupSessionsSQL = `SELECT queue, kind, CAST(SUM(n) AS bigint) AS n FROM metric_session_firsts
+WHERE bucket >= ? AND bucket < ? AND prev < ? GROUP BY queue, kind`
 	rollupEdgeSessionsSQL = `SELECT session_id, queue, MAX(CASE WHEN reworked THEN 1 ELSE 0 END) = 1 AS reworked,
 	MAX(CASE WHEN infra THEN 1 ELSE 0 END) = 1 AS infra
 FROM metric_session_hours WHERE session_id IN ? AND bucket >= ? AND bucket < ? GROUP BY session_id, queue`
@@ -374,10 +487,47 @@ FROM metric_session_hours WHERE session_id IN ? AND bucket >= ? AND bucket < ? G
 // errRolledByOther: another process rolled the hour up meanwhile.
 var errRolledByOther = errors.New("hour rolled up by another process")
 
+// edgeFold is the fold of a partial hour at a window's end: its counters,
+// and the flags of the sessions it saw, per queue.
+type edgeFold struct {
+	fold     *metricsFold
+	sessions map[string]map[string]uint8
+}
+
+// edgeFolds keeps the folds of partial hours by their span (in Unix
+// nanoseconds), for the windows of one request that share an end.
+type edgeFolds map[[2]int64]*edgeFold
+
+// foldEdge folds the events of [from, to), a part of one hour.
+func (s *Store) foldEdge(ctx context.Context, from, to UTCTime, cache edgeFolds) (*edgeFold, error) {
+	k := [2]int64{from.UnixNano(), to.UnixNano()}
+	if e := cache[k]; e != nil {
+		return e, nil
+	}
+	e := &edgeFold{fold: newMetricsFold(from.Time, to.Time), sessions: map[string]map[string]uint8{}}
+	e.fold.onActive = func(sf *sessionFold) {
+		m := e.sessions[sf.id]
+		if m == nil {
+			m = map[string]uint8{}
+			e.sessions[sf.id] = m
+		}
+		for q, fl := range sessionFlags(sf) {
+			m[q] |= fl
+		}
+	}
+	if err := s.foldEvents(ctx, e.fold, from, to); err != nil {
+		return nil, err
+	}
+	if cache != nil {
+		cache[k] = e
+	}
+	return e, nil
+}
+
 // foldWithRollups fills f (window [from, to)) from the rollups of the whole
 // hours of the window that are rolled up, and by folding the events of the
-// rest.
-func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UTCTime) error {
+// rest (through cache, when not nil).
+func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UTCTime, cache edgeFolds) error {
 	db := s.read(ctx)
 	w, ok, err := rolledThrough(db)
 	if err != nil {
@@ -393,26 +543,25 @@ func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UT
 	ua, ub := NewUTCTime(a), NewUTCTime(b)
 	// The ends, folded; their sessions are counted below.
 	edge := map[string]map[string]uint8{}
-	collect := func(sf *sessionFold) {
-		m := edge[sf.id]
-		if m == nil {
-			m = map[string]uint8{}
-			edge[sf.id] = m
-		}
-		for q, fl := range sessionFlags(sf) {
-			m[q] |= fl
-		}
-	}
 	for _, span := range [][2]UTCTime{{from, ua}, {ub, to}} {
 		if !span[0].Time.Before(span[1].Time) {
 			continue
 		}
-		g := newMetricsFold(span[0].Time, span[1].Time)
-		g.onActive = collect
-		if err := s.foldEvents(ctx, g, span[0], span[1]); err != nil {
+		e, err := s.foldEdge(ctx, span[0], span[1], cache)
+		if err != nil {
 			return err
 		}
-		f.mergeCounters(g)
+		f.mergeCounters(e.fold)
+		for id, qs := range e.sessions {
+			m := edge[id]
+			if m == nil {
+				m = map[string]uint8{}
+				edge[id] = m
+			}
+			for q, fl := range qs {
+				m[q] |= fl
+			}
+		}
 	}
 	// The whole hours' counters.
 	var sums []struct {
@@ -433,19 +582,23 @@ func (s *Store) foldWithRollups(ctx context.Context, f *metricsFold, from, to UT
 	}
 	// The whole hours' distinct sessions.
 	var counts []struct {
-		Queue    string
-		Sessions int64
-		Reworked int64
-		Infra    int64
+		Queue string
+		Kind  string
+		N     int64
 	}
-	if err := db.Raw(rollupSessionsSQL, ua, ub).Scan(&counts).Error; err != nil {
+	if err := db.Raw(rollupSessionsSQL, ua, ub, ua).Scan(&counts).Error; err != nil {
 		return fmt.Errorf("metrics: count rollup sessions: %w", err)
 	}
 	for _, c := range counts {
 		acc := f.accOf(c.Queue)
-		acc.sessions += c.Sessions
-		acc.reworked += c.Reworked
-		acc.infraAffected += c.Infra
+		switch c.Kind {
+		case kindActive:
+			acc.sessions += c.N
+		case kindReworked:
+			acc.reworked += c.N
+		case kindInfra:
+			acc.infraAffected += c.N
+		}
 	}
 	// The ends' sessions, each counted unless the whole hours did.
 	ids := make([]string, 0, len(edge))

@@ -6,13 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
 
 // TestMetricsRollupPlansAtScale fills the rollup tables of one PostgreSQL
 // schema with a year of hours (10 queues, about a million session-hour
-// rows, what a million events make and more) and checks that the reads of
+// rows, what a million events make and more, and a million rows of
+// metric_session_firsts) and checks that the reads of
 // a metrics request, for the 24 h, 7 d and 30 d windows and a custom one,
 // read an index and never scan a table sequentially. It asserts on plans,
 // never on time (times are logged). -short builds a tenth.
@@ -34,7 +37,15 @@ SELECT '2026-01-01'::timestamptz + make_interval(hours => h), q, n, h %% 13 + 1
 FROM generate_series(0, %d) h, unnest(ARRAY['*','q0','q1','q2','q3','q4','q5','q6','q7','q8','q9']) q,
 	unnest(ARRAY['ended','succeeded','committed','machine_n','machine_sum','machine_max','escalations','decisions']) n
 WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
-		`ANALYZE metric_session_hours`, `ANALYZE metric_rollups`,
+		// Per hour, queue and kind, sessions whose previous hour of the
+		// kind was none, the hour before, 2 and 24 hours before.
+		fmt.Sprintf(`INSERT INTO metric_session_firsts (bucket, queue, kind, prev, n)
+SELECT b, q, k, CASE WHEN gap = 0 THEN '1970-01-01'::timestamptz ELSE b - make_interval(hours => gap) END, h %% 17 + 1
+FROM generate_series(0, %d) h, LATERAL (SELECT '2026-01-01'::timestamptz + make_interval(hours => h) AS b) hb,
+	unnest(ARRAY['*','q0','q1','q2','q3','q4','q5','q6','q7','q8','q9']) q,
+	unnest(ARRAY['active','reworked','infra']) k, unnest(ARRAY[0, 1, 2, 24]) gap
+WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
+		`ANALYZE metric_session_hours`, `ANALYZE metric_rollups`, `ANALYZE metric_session_firsts`,
 	} {
 		if err := s.DB.Exec(q).Error; err != nil {
 			t.Fatalf("build: %v", err)
@@ -53,10 +64,13 @@ WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
 	for name, sql := range models.MetricRollupQueries {
 		for wname, win := range windows {
 			a, b := models.NewUTCTime(win[0]), models.NewUTCTime(win[1])
-			args := []any{a, b}
+			// Parameters in order: the ids (if any), the window, and its
+			// start again (the previous hours before it).
+			var args []any
 			if strings.Contains(sql, "session_id IN ?") {
-				args = []any{ids, a, b}
+				args = append(args, ids)
 			}
+			args = append(args, a, b, a)[:strings.Count(sql, "?")]
 			var plan []string
 			if err := s.DB.Raw("EXPLAIN "+sql, args...).Scan(&plan).Error; err != nil {
 				t.Fatalf("%s %s: explain: %v", name, wname, err)
@@ -70,6 +84,45 @@ WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
 				t.Fatalf("%s %s: %v", name, wname, err)
 			}
 			t.Logf("%s over %s: %v", name, wname, time.Since(began).Round(time.Microsecond))
+		}
+	}
+
+	// The fold of a window's partial hours: 200,000 events of 20,000
+	// sessions over 30 days (the foreign key to sessions is not checked
+	// while they are written).
+	events := rows / 5
+	err := s.DB.Transaction(func(tx *gorm.DB) error {
+		for _, q := range []string{`SET LOCAL session_replication_role = replica`,
+			fmt.Sprintf(`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload, prev_hash, hash, created_at)
+SELECT 'evt_' || g, 'ses_' || lpad((g / 10)::text, 9, '0'), g %% 10 + 1, 'delegation.leased', 'worker:w', g %% 10, g %% 10 + 1, '{}', '', '',
+	'2026-12-01'::timestamptz - make_interval(secs => (%d - g)::double precision * %d / %d)
+FROM generate_series(0, %d) g`, events, 30*24*3600, events, events-1),
+			`ANALYZE events`} {
+			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("build events: %v", err)
+	}
+	end = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	edge := [2]models.UTCTime{models.NewUTCTime(end.Add(-40 * time.Minute)), models.NewUTCTime(end)}
+	var edgeIDs []string
+	if err := s.DB.Raw(models.MetricFoldQueries["sessions"], edge[0], edge[1]).Scan(&edgeIDs).Error; err != nil || len(edgeIDs) == 0 {
+		t.Fatalf("sessions of the last 40 minutes: %d, %v", len(edgeIDs), err)
+	}
+	for name, args := range map[string][]any{
+		"sessions": {edge[0], edge[1]},
+		"events":   {[]string{"delegation.created"}, edgeIDs[:min(len(edgeIDs), 500)], edge[1]},
+	} {
+		var plan []string
+		if err := s.DB.Raw("EXPLAIN "+models.MetricFoldQueries[name], args...).Scan(&plan).Error; err != nil {
+			t.Fatalf("fold %s: explain: %v", name, err)
+		}
+		if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") {
+			t.Errorf("the fold's %s query over a partial hour scans a table:\n%s", name, text)
 		}
 	}
 }

@@ -2,6 +2,9 @@ package models_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,8 +55,23 @@ func TestMetricsRollupsMatchFold(t *testing.T) {
 				}
 			}
 		}
-		// Before any rollup, the request folds everything.
+		// Before any rollup, the request folds everything; a statement per
+		// session gives the same figures as one for them all.
 		compare("no rollups")
+		whole := models.MetricsOpts{From: w.t0.Add(-time.Hour), To: w.t0.Add(6 * time.Hour)}
+		s.SetFoldChunkSize(1)
+		oneByOne, err := s.ProductMetricsFromEvents(w.ctx, whole)
+		s.SetFoldChunkSize(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.ProductMetricsFromEvents(w.ctx, whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, e := string(mustJSON(t, oneByOne)), string(mustJSON(t, all)); g != e || all.Overall.Rework.Sessions < 3 {
+			t.Errorf("a session per statement gives\n%s\none statement gives\n%s", g, e)
+		}
 		// At 12:10, rolled up to 12:00 (the hour that ended 5 minutes ago).
 		w.at(3*time.Hour + 10*xMin)
 		if n, err := s.RollupMetrics(w.ctx); err != nil || n == 0 {
@@ -68,5 +86,47 @@ func TestMetricsRollupsMatchFold(t *testing.T) {
 			t.Fatalf("second rollup = %d hours, %v; want none", n, err)
 		}
 		compare("rolled up")
+
+		// Migration 00024 derives metric_session_firsts from the session
+		// rows of the hours rolled up before it: the same rows the pass
+		// writes.
+		firsts := func() string {
+			t.Helper()
+			var rows []struct {
+				Bucket models.UTCTime
+				Queue  string
+				Kind   string
+				Prev   models.UTCTime
+				N      int64
+			}
+			if err := s.DB.Raw(`SELECT bucket, queue, kind, prev, n FROM metric_session_firsts ORDER BY bucket, queue, kind, prev`).Scan(&rows).Error; err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(rows)
+			return string(b)
+		}
+		want := firsts()
+		if want == "null" || !strings.Contains(want, `"Kind":"reworked"`) || !strings.Contains(want, `"Kind":"infra"`) {
+			t.Fatalf("session firsts after the rollups = %s", want)
+		}
+		mig, err := os.ReadFile(filepath.Join("..", "migrations", string(s.Dialect), "00028_metric_session_firsts.sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, _, _ := strings.Cut(string(mig), "-- +goose Down")
+		_, backfill, ok := strings.Cut(up, "INSERT INTO metric_session_firsts")
+		if !ok {
+			t.Fatal("migration 00024 has no backfill")
+		}
+		if err := s.DB.Exec(`DELETE FROM metric_session_firsts`).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB.Exec("INSERT INTO metric_session_firsts" + backfill).Error; err != nil {
+			t.Fatalf("backfill: %v", err)
+		}
+		if got := firsts(); got != want {
+			t.Errorf("migration 00024's backfill gives\n%s\nthe rollup pass wrote\n%s", got, want)
+		}
+		compare("backfilled by the migration")
 	})
 }

@@ -250,6 +250,9 @@ func TestMetricsMiddlewareAndProductMetricsHandler(t *testing.T) {
 		if r := get("/api/v1/metrics?queue=no%20spaces"); r.Code != http.StatusUnprocessableEntity {
 			t.Errorf("bad queue = %d %s", r.Code, r.Body)
 		}
+		if r := get("/api/v1/metrics?from=2026-11-09T12:00:00Z"); r.Code != http.StatusUnprocessableEntity || !strings.Contains(r.Body.String(), `"to"`) {
+			t.Errorf("custom range without to = %d %s", r.Code, r.Body)
+		}
 
 		for _, tc := range []struct {
 			query, window string
@@ -259,6 +262,7 @@ func TestMetricsMiddlewareAndProductMetricsHandler(t *testing.T) {
 			{"", "24h", 1, 0},
 			{"?window=7d&queue=refunds", "7d", 7, 1},
 			{"?window=30d", "30d", 30, 1},
+			{"?from=2026-10-10T12:00:00Z&to=2026-11-09T12:00:00Z", "custom", 30, 1},
 		} {
 			r := get("/api/v1/metrics" + tc.query)
 			if r.Code != http.StatusOK {
@@ -290,8 +294,8 @@ func TestMetricsMiddlewareAndProductMetricsHandler(t *testing.T) {
 			`taskpilots_http_requests_total{method="GET",route="/api/v1/sessions/:id",status_class="2xx"}`: 2,
 			`taskpilots_http_requests_total{method="GET",route="/api/v1/gone/:id",status_class="4xx"}`:     1,
 			`taskpilots_http_requests_total{method="GET",route="unmatched",status_class="4xx"}`:            1,
-			`taskpilots_http_requests_total{method="GET",route="/api/v1/metrics",status_class="4xx"}`:      2,
-			`taskpilots_http_requests_total{method="GET",route="/api/v1/metrics",status_class="2xx"}`:      3,
+			`taskpilots_http_requests_total{method="GET",route="/api/v1/metrics",status_class="4xx"}`:      3,
+			`taskpilots_http_requests_total{method="GET",route="/api/v1/metrics",status_class="2xx"}`:      4,
 			`taskpilots_http_request_duration_seconds_count{method="GET",route="/api/v1/sessions/:id"}`:    2,
 		})
 		for k := range got {

@@ -230,6 +230,11 @@ func pagesToMeasure(ctx context.Context, s *models.Store, only string) ([]benchP
 	if escalated == "" {
 		escalated = longest
 	}
+	// A custom metrics range with ends inside hours (so that both partial
+	// hours are folded from the events): the 10 days up to 2 days ago.
+	now := s.Now().UTC()
+	custom := "from=" + url.QueryEscape(now.Add(-10*24*time.Hour-17*time.Minute).Format(time.RFC3339)) +
+		"&to=" + url.QueryEscape(now.Add(-2*24*time.Hour+23*time.Minute).Format(time.RFC3339))
 	all := []benchPage{
 		{name: "inbox", path: "/console"},
 		{name: "inbox, search", path: "/console?q=refund"},
@@ -244,11 +249,16 @@ func pagesToMeasure(ctx context.Context, s *models.Store, only string) ([]benchP
 		{name: "metrics 24h", path: "/console/admin/metrics?window=24h"},
 		{name: "metrics 7d", path: "/console/admin/metrics?window=7d"},
 		{name: "metrics 30d", path: "/console/admin/metrics?window=30d"},
+		{name: "metrics custom", path: "/console/admin/metrics?" + custom},
+		{name: "metrics 24h, all queues", path: "/console/admin/metrics?window=24h&queues=all"},
 		{name: "API sessions list", path: "/api/v1/sessions?limit=50", api: true},
 		{name: "API sessions, search", path: "/api/v1/sessions?limit=50&q=refund", api: true},
 		{name: "API session", path: "/api/v1/sessions/" + escalated, api: true},
 		{name: "API events feed", path: "/api/v1/events?limit=100", api: true},
 		{name: "API metrics 24h", path: "/api/v1/metrics?window=24h", api: true},
+		{name: "API metrics 7d", path: "/api/v1/metrics?window=7d", api: true},
+		{name: "API metrics 30d", path: "/api/v1/metrics?window=30d", api: true},
+		{name: "API metrics custom", path: "/api/v1/metrics?" + custom, api: true},
 	}
 	if longest == "" {
 		return nil, errors.New("the database has no sessions: build one with `taskpilots bench seed`")

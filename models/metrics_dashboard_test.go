@@ -1,0 +1,91 @@
+package models_test
+
+import (
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
+)
+
+// TestMetricsDashboardFoldsEachEndOnce: the dashboard's window and its
+// trend buckets read the rollups for every whole hour and fold the event
+// log only for the window's two partial hours, once each (the trend's
+// inner boundaries are on the hour); every figure is the fold's.
+func TestMetricsDashboardFoldsEachEndOnce(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		w := newMetricsWorld(t, s)
+		buildMetricsHistory(w)
+		w.at(2*time.Hour + 50*xMin)
+		sx := w.session()
+		w.delegate(sx, "billing", 600, 3)
+		w.claim("billing", sx, 1)
+		w.at(3*time.Hour + 5*xMin)
+		w.rescue(1)
+		w.at(4*time.Hour + 10*xMin)
+		w.complete(w.claim("billing", sx, 2))
+		w.at(9 * time.Hour)
+		if _, err := s.RollupMetrics(w.ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		var folds atomic.Int64
+		count := func(db *gorm.DB) {
+			if strings.Contains(db.Statement.SQL.String(), "SELECT DISTINCT session_id FROM events WHERE") {
+				folds.Add(1)
+			}
+		}
+		cb := s.DB.Callback()
+		if err := cb.Row().After("gorm:row").Register("test:folds", count); err != nil {
+			t.Fatal(err)
+		}
+		if err := cb.Raw().After("gorm:raw").Register("test:folds", count); err != nil {
+			t.Fatal(err)
+		}
+
+		same := func(what string, got, want models.ProductMetrics) {
+			t.Helper()
+			g, _ := json.Marshal(got)
+			e, _ := json.Marshal(want)
+			if string(g) != string(e) {
+				t.Errorf("%s: dashboard gives\n%s\nthe fold gives\n%s", what, g, e)
+			}
+		}
+		for _, queue := range []string{"", "billing"} {
+			o := models.MetricsOpts{From: w.t0.Add(-40 * xMin), To: w.t0.Add(7*time.Hour + 20*xMin), Queue: queue}
+			folds.Store(0)
+			total, trend, err := s.MetricsDashboard(w.ctx, o, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := folds.Load(); n != 2 {
+				t.Errorf("queue %q: the dashboard folded the event log %d times, want 2 (the window's partial hours)", queue, n)
+			}
+			all := o
+			all.Queue = ""
+			want, err := s.ProductMetricsFromEvents(w.ctx, all)
+			if err != nil {
+				t.Fatal(err)
+			}
+			same("total", total, want)
+			if len(trend) != 4 || !trend[0].From.Equal(o.From) || !trend[3].To.Equal(o.To) {
+				t.Fatalf("trend = %d buckets from %v", len(trend), trend[0].From)
+			}
+			for i, pm := range trend {
+				if i > 0 && (!pm.From.Equal(trend[i-1].To) || !pm.From.Equal(pm.From.Truncate(time.Hour))) {
+					t.Errorf("bucket %d starts at %v, want the hour the previous one ends at (%v)", i, pm.From, trend[i-1].To)
+				}
+				want, err := s.ProductMetricsFromEvents(w.ctx, models.MetricsOpts{From: pm.From, To: pm.To, Queue: queue})
+				if err != nil {
+					t.Fatal(err)
+				}
+				same("bucket "+pm.From.Format(time.TimeOnly), pm, want)
+			}
+		}
+	})
+}
