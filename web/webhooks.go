@@ -60,6 +60,9 @@ func (d *Dispatcher) defaults() {
 		// one each (the default keeps two).
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(d.Parallel, 8)
+		// No Accept-Encoding: a receiver's answer is judged by its status,
+		// and its body is drained unread.
+		tr.DisableCompression = true
 		// No Client.Timeout: send bounds each request with a context
 		// deadline of Policy.Timeout already, and a second timer per
 		// request costs CPU for nothing.
