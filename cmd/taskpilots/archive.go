@@ -45,7 +45,7 @@ func runArchive(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fs := newFlagSet(env, "archive")
 	dbURL := databaseFlag(env, fs)
-	d := &envDefaults{env: env}
+	d := newEnvDefaults(env)
 	closedBefore := fs.String("closed-before", "", "archive sessions closed longer ago than this (90d, 36h); required")
 	dir := fs.String("to", "", "directory for the transcripts (DIR/YYYY-MM/<session id>.json); required")
 	batch := fs.Int("batch", 200, "sessions selected per query")

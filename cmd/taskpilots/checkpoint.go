@@ -66,7 +66,7 @@ func checkpointKey(env *cliEnv, databaseURL, path string, create bool) (*models.
 
 func runCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 	flags := newFlagSet(env, "checkpoint")
-	d := &envDefaults{env: env}
+	d := newEnvDefaults(env)
 	dbURL := databaseFlag(env, flags)
 	keyPath := new(string)
 	checkpointKeyFlag(flags, d, keyPath)

@@ -14,11 +14,10 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
+	"github.com/taskpilots/handoff/cmd/taskpilots/envflag"
 	"github.com/taskpilots/handoff/models"
 )
 
@@ -194,93 +193,22 @@ func redactDefault(fs *flag.FlagSet, name string) {
 	}
 }
 
-// envDefaults reads flag defaults from TASKPILOTS_* variables and remembers
-// malformed values, so that a typo in the environment is reported instead of
-// silently falling back to the default.
+// envDefaults reads flag defaults from TASKPILOTS_* variables
+// (envflag.Defaults); Err reports malformed ones as a usage error.
 type envDefaults struct {
-	env  *cliEnv
-	errs []error
+	envflag.Defaults
 }
 
-// String returns the variable or def.
-func (d *envDefaults) String(key, def string) string { return envOr(d.env, key, def) }
-
-// Bool returns the variable parsed as a boolean, or def when it is unset.
-func (d *envDefaults) Bool(key string, def bool) bool {
-	v := d.env.getenv(key)
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		d.errs = append(d.errs, fmt.Errorf("%s=%q: want true or false", key, v))
-		return def
-	}
-	return b
+func newEnvDefaults(env *cliEnv) *envDefaults {
+	return &envDefaults{envflag.Defaults{Getenv: env.getenv}}
 }
 
-// Int returns the variable parsed as an integer, or def when it is unset.
-func (d *envDefaults) Int(key string, def int) int {
-	v := d.env.getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		d.errs = append(d.errs, fmt.Errorf("%s=%q: want an integer", key, v))
-		return def
-	}
-	return n
-}
-
-// Int64 is Int for 64-bit values such as byte sizes.
-func (d *envDefaults) Int64(key string, def int64) int64 {
-	v := d.env.getenv(key)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		d.errs = append(d.errs, fmt.Errorf("%s=%q: want an integer", key, v))
-		return def
-	}
-	return n
-}
-
-// Float64 returns the variable parsed as a number, or def when it is unset.
-func (d *envDefaults) Float64(key string, def float64) float64 {
-	v := d.env.getenv(key)
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a number", key, v))
-		return def
-	}
-	return f
-}
-
-// Duration returns the variable parsed by time.ParseDuration, or def.
-func (d *envDefaults) Duration(key string, def time.Duration) time.Duration {
-	v := d.env.getenv(key)
-	if v == "" {
-		return def
-	}
-	t, err := time.ParseDuration(v)
-	if err != nil {
-		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a duration such as 30s or 5m", key, v))
-		return def
-	}
-	return t
-}
-
-// Err reports every malformed variable.
+// Err reports every malformed variable, as exit status 2.
 func (d *envDefaults) Err() error {
-	if len(d.errs) == 0 {
-		return nil
+	if err := d.Defaults.Err(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
-	return &exitError{code: 2, err: errors.Join(d.errs...)}
+	return nil
 }
 
 // usageErr is a command-line mistake: exit status 2, like the flag package.

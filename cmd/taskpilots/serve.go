@@ -121,7 +121,7 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 // serveFlags parses serve's command line over its environment.
 func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	var o serveOpts
-	d := &envDefaults{env: env}
+	d := newEnvDefaults(env)
 	fs := serveFlagSet(env, &o, d)
 	if err := parseFlags(fs, args); err != nil {
 		return o, err

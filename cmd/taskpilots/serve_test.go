@@ -327,7 +327,7 @@ func TestReadmeDocumentsServeFlags(t *testing.T) {
 	envName := regexp.MustCompile(`\(env (TASKPILOTS_[A-Z_]+)\)`)
 	var o serveOpts
 	env := &cliEnv{stderr: io.Discard, getenv: func(string) string { return "" }}
-	fs := serveFlagSet(env, &o, &envDefaults{env: env})
+	fs := serveFlagSet(env, &o, newEnvDefaults(env))
 	n := 0
 	fs.VisitAll(func(f *flag.Flag) {
 		n++

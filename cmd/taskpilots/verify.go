@@ -37,7 +37,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 	dbURL := databaseFlag(env, fs)
 	asJSON := fs.Bool("json", false, "print a JSON report as the last line of standard output")
 	quiet := fs.Bool("quiet", false, "no progress on standard error")
-	d := &envDefaults{env: env}
+	d := newEnvDefaults(env)
 	workers := fs.Int("workers", d.Int("TASKPILOTS_VERIFY_WORKERS", 0),
 		"sessions checked in parallel; 0 means one per CPU (GOMAXPROCS) (env TASKPILOTS_VERIFY_WORKERS)")
 	pubkeys := fs.String("checkpoint-pubkey", d.String("TASKPILOTS_CHECKPOINT_PUBKEY", ""),

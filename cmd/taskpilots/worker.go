@@ -46,7 +46,7 @@ type workerOpts struct {
 
 func workerFlags(env *cliEnv, args []string) (workerOpts, error) {
 	fs := newFlagSet(env, "worker")
-	d := &envDefaults{env: env}
+	d := newEnvDefaults(env)
 	var o workerOpts
 	host, _ := os.Hostname()
 	fs.StringVar(&o.url, "url", d.String("TASKPILOTS_URL", "http://"+DefaultAddr), "server base URL (env TASKPILOTS_URL)")

@@ -65,7 +65,7 @@ func (o drillOpts) ownServers() bool { return o.url == "" }
 
 func drillFlags(env *Env, args []string) (drillOpts, error) {
 	fs := env.NewFlagSet("drill")
-	d := &envDefaults{env: env}
+	d := newEnvDefaults(env)
 	var o drillOpts
 	fs.StringVar(&o.url, "url", d.String("TASKPILOTS_URL", ""),
 		"base URL of a running deployment to drill; empty: start --servers processes of this binary on --database-url (env TASKPILOTS_URL)")

@@ -10,15 +10,13 @@
 package drill
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
-	"time"
 
+	"github.com/taskpilots/handoff/cmd/taskpilots/envflag"
 	"github.com/taskpilots/handoff/models"
 )
 
@@ -51,52 +49,23 @@ func (e *ExitError) Error() string { return e.Err.Error() }
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
-// envDefaults reads flag defaults from TASKPILOTS_* variables and remembers
-// malformed values (as cmd/taskpilots does).
+// envDefaults reads flag defaults from TASKPILOTS_* variables as every
+// subcommand does (envflag.Defaults); Err reports malformed ones as a usage
+// error.
 type envDefaults struct {
-	env  *Env
-	errs []error
+	envflag.Defaults
 }
 
-func (d *envDefaults) String(key, def string) string {
-	if v := d.env.Getenv(key); v != "" {
-		return v
-	}
-	return def
+func newEnvDefaults(env *Env) *envDefaults {
+	return &envDefaults{envflag.Defaults{Getenv: env.Getenv}}
 }
 
-func (d *envDefaults) Float64(key string, def float64) float64 {
-	v := d.env.Getenv(key)
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a number", key, v))
-		return def
-	}
-	return f
-}
-
-func (d *envDefaults) Duration(key string, def time.Duration) time.Duration {
-	v := d.env.Getenv(key)
-	if v == "" {
-		return def
-	}
-	t, err := time.ParseDuration(v)
-	if err != nil {
-		d.errs = append(d.errs, fmt.Errorf("%s=%q: want a duration such as 30s or 5m", key, v))
-		return def
-	}
-	return t
-}
-
-// Err reports every malformed variable.
+// Err reports every malformed variable, as exit status 2.
 func (d *envDefaults) Err() error {
-	if len(d.errs) == 0 {
-		return nil
+	if err := d.Defaults.Err(); err != nil {
+		return &ExitError{Code: 2, Err: err}
 	}
-	return &ExitError{Code: 2, Err: errors.Join(d.errs...)}
+	return nil
 }
 
 func plural(n int, one, many string) string {
