@@ -43,6 +43,11 @@ type Config struct {
 	// write here creates an earlier one, and otherwise after this long, to
 	// find timers other replicas created; default 30s.
 	MaintainEvery time.Duration
+	// IndexUpkeepEvery is how often the server checks the indexes of
+	// sessions for bloat and rebuilds the bloated ones (PostgreSQL;
+	// models.UpkeepIndexes); default models.DefaultIndexUpkeepEvery,
+	// negative: never.
+	IndexUpkeepEvery time.Duration
 	// LeaseWaitMax is the longest a lease long poll may wait; the write
 	// timeout leaves room for it. Default models.MaxWaitSeconds.
 	LeaseWaitMax time.Duration
@@ -105,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaintainEvery <= 0 {
 		c.MaintainEvery = DefaultMaintainEvery
+	}
+	if c.IndexUpkeepEvery == 0 {
+		c.IndexUpkeepEvery = models.DefaultIndexUpkeepEvery
 	}
 	if c.LeaseWaitMax <= 0 {
 		c.LeaseWaitMax = models.MaxWaitSeconds * time.Second
@@ -289,6 +297,9 @@ func Serve(ctx context.Context, s *models.Store, cfg Config) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { maintainLoop(bg, s, cfg.MaintainEvery, log) })
 	wg.Go(func() { checkpointLoop(bg, cfg.checkpointer, log) })
+	if s.Dialect == models.Postgres && cfg.IndexUpkeepEvery > 0 {
+		wg.Go(func() { indexUpkeepLoop(bg, s, cfg.IndexUpkeepEvery, log) })
+	}
 	wg.Go(func() { s.RunSequencer(bg, time.Second) })
 	wg.Go(func() {
 		d := &Dispatcher{Store: s, Policy: cfg.Webhooks, Log: log}
@@ -374,6 +385,35 @@ func maintainLoop(ctx context.Context, s *models.Store, maxSleep time.Duration, 
 			}
 		}
 	})
+}
+
+// indexUpkeepLoop checks the indexes of sessions every period (with
+// jitter, so replicas spread out; an advisory lock keeps them from
+// rebuilding at once) and rebuilds the bloated ones. Its own loop, like the
+// checkpoints: a rebuild takes seconds and must not delay lease rescue.
+func indexUpkeepLoop(ctx context.Context, s *models.Store, every time.Duration, log *slog.Logger) {
+	t := time.NewTimer(jitter(every))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rep, err := s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error("index upkeep failed", "err", err)
+		case err == nil:
+			for _, d := range rep.Dropped {
+				log.Info("index upkeep dropped an interrupted rebuild's leftover", "index", d)
+			}
+			for _, is := range rep.Rebuilt {
+				log.Info("index upkeep rebuilt a bloated index", "index", is.Name, "bytes_before", is.Bytes, "bytes_after", is.After, "estimate", is.Estimate)
+			}
+		}
+		t.Reset(jitter(every))
+	}
 }
 
 // checkpointLoop is the maintenance pass's checkpoint part, in a loop of its

@@ -79,6 +79,8 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 	fs.DurationVar(&o.web.MaintainEvery, "maintain-every", d.Duration("TASKPILOTS_MAINTAIN_EVERY", web.DefaultMaintainEvery),
 		"longest sleep of the maintenance loop, which otherwise wakes when a lease expires or a timer is due; "+
 			"bounds how late a timer created by another replica is found if that replica stops (env TASKPILOTS_MAINTAIN_EVERY)")
+	fs.DurationVar(&o.web.IndexUpkeepEvery, "index-upkeep-every", d.Duration("TASKPILOTS_INDEX_UPKEEP_EVERY", models.DefaultIndexUpkeepEvery),
+		"how often to check the indexes of sessions for bloat and rebuild a bloated one with REINDEX CONCURRENTLY (PostgreSQL); 0: never (env TASKPILOTS_INDEX_UPKEEP_EVERY)")
 	fs.DurationVar(&o.web.LeaseWaitMax, "lease-wait-max", d.Duration("TASKPILOTS_LEASE_WAIT_MAX", models.MaxWaitSeconds*time.Second),
 		"longest a lease long poll may wait (env TASKPILOTS_LEASE_WAIT_MAX)")
 	fs.DurationVar(&o.leaseRecheck, "lease-recheck", d.Duration("TASKPILOTS_LEASE_RECHECK", models.DefaultLeaseRecheck),
@@ -161,6 +163,12 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	o.web.CheckpointEvery = o.checkpointEvery
 	if o.checkpointEvery == 0 {
 		o.web.CheckpointEvery = -1
+	}
+	switch {
+	case o.web.IndexUpkeepEvery < 0:
+		v.Add("index-upkeep-every", "must be 0 (never) or a positive duration")
+	case o.web.IndexUpkeepEvery == 0:
+		o.web.IndexUpkeepEvery = -1 // web: never
 	}
 	for name, dur := range map[string]*time.Duration{"idempotency-key-ttl": &o.retention.IdempotencyKeys, "rejection-retention": &o.retention.Rejections} {
 		switch {

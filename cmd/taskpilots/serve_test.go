@@ -419,3 +419,22 @@ func TestServeReplicaFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestServeIndexUpkeepFlag: the index upkeep runs every ten minutes by
+// default, never with 0, and a negative period is a usage error.
+func TestServeIndexUpkeepFlag(t *testing.T) {
+	env := func(vars map[string]string) *cliEnv {
+		return &cliEnv{stderr: &bytes.Buffer{}, getenv: func(k string) string { return vars[k] }}
+	}
+	o, err := serveFlags(env(nil), nil)
+	if err != nil || o.web.IndexUpkeepEvery != models.DefaultIndexUpkeepEvery {
+		t.Fatalf("default = %v, %v", o.web.IndexUpkeepEvery, err)
+	}
+	o, err = serveFlags(env(map[string]string{"TASKPILOTS_INDEX_UPKEEP_EVERY": "0"}), nil)
+	if err != nil || o.web.IndexUpkeepEvery >= 0 {
+		t.Fatalf("0 from env = %v, %v; want never (negative)", o.web.IndexUpkeepEvery, err)
+	}
+	if _, err := serveFlags(env(nil), []string{"--index-upkeep-every", "-1m"}); err == nil || !strings.Contains(err.Error(), "index-upkeep-every") {
+		t.Fatalf("negative period: %v", err)
+	}
+}
