@@ -324,17 +324,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintln(env.stderr, "note: --idempotency-keys=false has no effect in http mode: the SDK always sends keys")
 	}
 
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	fmt.Fprintf(env.stderr, "bench: %s mode, %d workers, %s, %s database, queue %s\n", o.mode, o.workers, o.duration, s.Dialect, queue)
 	if o.webhookRounds > 0 {
 		return runBenchWebhook(ctx, env, o, s, lc, queue, quiet)
@@ -507,4 +501,21 @@ func countStatements(s *models.Store) func() (statements, roundTrips int64) {
 		g := n.Load()
 		return st + g, rt + g
 	}
+}
+
+// startCPUProfile writes a CPU profile to path until the returned stop is
+// called; an empty path profiles nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -17,9 +17,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
 	"regexp"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -147,17 +145,11 @@ func runBenchPages(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	fmt.Fprintf(env.stderr, "bench pages: %s, %d events, %d clients × %d requests per page\n", s.Dialect, n, o.clients, o.requests)
 
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	apiClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.clients}}
 	var rows []pageResult
 	for _, p := range pages {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/taskpilots/handoff/cmd/taskpilots/cliout"
 	"github.com/taskpilots/handoff/models"
 )
 
@@ -126,18 +127,18 @@ func runCheckpoint(ctx context.Context, env *cliEnv, args []string) error {
 			fmt.Fprintln(env.stdout, p.String())
 		}
 		return &exitError{code: 1, err: fmt.Errorf("not signed: %s since checkpoint %d; run `taskpilots verify`",
-			plural(len(refused.Problems), "problem", "problems"), refused.Seq)}
+			cliout.Plural(len(refused.Problems), "problem", "problems"), refused.Seq)}
 	case errors.Is(err, models.ErrCheckpointRace):
 		return &exitError{code: 1, err: fmt.Errorf("%w; run the command again", err)}
 	case err != nil:
 		return err
 	case !written:
 		fmt.Fprintf(env.stdout, "nothing changed since checkpoint %d (%s, %s)\n", c.Seq,
-			plural(int(c.Sessions), "session", "sessions"), plural(int(c.Events), "event", "events"))
+			cliout.Plural(int(c.Sessions), "session", "sessions"), cliout.Plural(int(c.Events), "event", "events"))
 		return nil
 	}
 	fmt.Fprintf(env.stdout, "checkpoint %d signed: %s, %s, root %s\n", c.Seq,
-		plural(int(c.Sessions), "session", "sessions"), plural(int(c.Events), "event", "events"), c.Root)
+		cliout.Plural(int(c.Sessions), "session", "sessions"), cliout.Plural(int(c.Events), "event", "events"), c.Root)
 	return nil
 }
 

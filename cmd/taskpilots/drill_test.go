@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/taskpilots/handoff/client"
 	"github.com/taskpilots/handoff/cmd/taskpilots/drill"
+	"github.com/taskpilots/handoff/models/storetest"
 )
 
 // The drill tests run the real binary against a private, throwaway
@@ -32,34 +32,12 @@ type pgCluster struct {
 	data string
 }
 
-// pgBinDir returns the directory of the newest installed initdb.
-func pgBinDir(t *testing.T) string {
-	t.Helper()
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi > vj
-	})
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return d
-		}
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p)
-	}
-	t.Fatalf("PostgreSQL's initdb is not installed: install Debian's postgresql package " +
-		"(as root: apt-get install -y postgresql; `make test` does it through scripts/test-postgres.sh)")
-	return ""
-}
-
 // startCluster makes and starts a cluster on a free port. As root it runs
 // PostgreSQL as the postgres user, which must be able to reach the
 // directory.
 func startCluster(t *testing.T) *pgCluster {
 	t.Helper()
-	bin := pgBinDir(t)
+	bin := storetest.PGBinDir(t)
 	dir := t.TempDir()
 	data, sock, logPath := filepath.Join(dir, "data"), filepath.Join(dir, "sock"), filepath.Join(dir, "postgres.log")
 	asPG := func(name string, args ...string) *exec.Cmd {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/taskpilots/handoff/cmd/taskpilots/cliout"
 	"github.com/taskpilots/handoff/models"
 )
 
@@ -104,7 +105,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 		Checkpoints: &models.CheckpointVerifyOpts{PublicKeys: trusted, All: *allCheckpoints}}
 	var finish func()
 	if !*quiet {
-		opts.Progress, finish = verifyProgress(env.stderr, isTerminal(env.stderr))
+		opts.Progress, finish = verifyProgress(env.stderr, cliout.IsTerminal(env.stderr))
 	}
 	rep, err := s.Verify(ctx, opts)
 	if finish != nil {
@@ -119,7 +120,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	verdict := "no problems"
 	if n := len(rep.Problems); n > 0 {
-		verdict = plural(n, "problem", "problems")
+		verdict = cliout.Plural(n, "problem", "problems")
 	}
 	if cs := rep.Checkpoints; cs != nil {
 		switch {
@@ -129,7 +130,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 			fmt.Fprintln(env.stdout, "no checkpoint with a valid trusted signature")
 		default:
 			fmt.Fprintf(env.stdout, "checked against checkpoint %d of %s (%s, %s)\n", cs.Latest.Seq, cs.Latest.CreatedAt.String(),
-				plural(int(cs.Latest.Sessions), "session", "sessions"), plural(int(cs.Latest.Events), "event", "events"))
+				cliout.Plural(int(cs.Latest.Sessions), "session", "sessions"), cliout.Plural(int(cs.Latest.Events), "event", "events"))
 		}
 		if cs.KeysFromDatabase && cs.Checkpoints > 0 {
 			fmt.Fprintln(env.stdout, "note: checkpoint signatures were checked with the public keys recorded in the database, "+
@@ -137,7 +138,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		if cs.Untrusted > 0 {
 			fmt.Fprintf(env.stdout, "note: %s signed by other keys (rotated?) not checked; pass their public keys too\n",
-				plural(int(cs.Untrusted), "older checkpoint", "older checkpoints"))
+				cliout.Plural(int(cs.Untrusted), "older checkpoint", "older checkpoints"))
 		}
 	}
 	rate := ""
@@ -145,7 +146,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 		rate = fmt.Sprintf(" (%.0f events/s)", float64(rep.Events)/sec)
 	}
 	fmt.Fprintf(env.stdout, "verified %s, %s in %s%s: %s\n",
-		plural(int(rep.Sessions), "session", "sessions"), plural(int(rep.Events), "event", "events"),
+		cliout.Plural(int(rep.Sessions), "session", "sessions"), cliout.Plural(int(rep.Events), "event", "events"),
 		rep.Elapsed.Round(time.Millisecond), rate, verdict)
 	if *asJSON {
 		out := verifyJSON{OK: rep.OK(), Sessions: rep.Sessions, Events: rep.Events,
@@ -160,7 +161,7 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintln(env.stdout, string(b))
 	}
 	if !rep.OK() {
-		return &exitError{code: 1, err: fmt.Errorf("%s found: the event log or the stored state has been changed outside TaskPilots", plural(len(rep.Problems), "problem", "problems"))}
+		return &exitError{code: 1, err: fmt.Errorf("%s found: the event log or the stored state has been changed outside TaskPilots", cliout.Plural(len(rep.Problems), "problem", "problems"))}
 	}
 	return nil
 }
@@ -184,15 +185,15 @@ func verifyTranscriptFile(env *cliEnv, path string, trusted []string, asJSON boo
 	}
 	verdict := "no problems"
 	if n := len(rep.Problems); n > 0 {
-		verdict = plural(n, "problem", "problems")
+		verdict = cliout.Plural(n, "problem", "problems")
 	}
 	cover := "no checkpoint"
 	if rep.Checkpoint > 0 && rep.Covered > 0 {
-		cover = fmt.Sprintf("checkpoint %d covers %s", rep.Checkpoint, plural(int(rep.Covered), "event", "events"))
+		cover = fmt.Sprintf("checkpoint %d covers %s", rep.Checkpoint, cliout.Plural(int(rep.Covered), "event", "events"))
 	} else if rep.Checkpoint > 0 {
 		cover = fmt.Sprintf("checkpoint %d not verified", rep.Checkpoint)
 	}
-	fmt.Fprintf(env.stdout, "transcript of %s: %s, %s: %s\n", rep.SessionID, plural(int(rep.Events), "event", "events"), cover, verdict)
+	fmt.Fprintf(env.stdout, "transcript of %s: %s, %s: %s\n", rep.SessionID, cliout.Plural(int(rep.Events), "event", "events"), cover, verdict)
 	if asJSON {
 		if rep.Problems == nil {
 			rep.Problems = []models.Problem{}
@@ -204,27 +205,9 @@ func verifyTranscriptFile(env *cliEnv, path string, trusted []string, asJSON boo
 		fmt.Fprintln(env.stdout, string(b))
 	}
 	if !rep.OK() {
-		return &exitError{code: 1, err: fmt.Errorf("%s found: the transcript differs from what was exported and signed", plural(len(rep.Problems), "problem", "problems"))}
+		return &exitError{code: 1, err: fmt.Errorf("%s found: the transcript differs from what was exported and signed", cliout.Plural(len(rep.Problems), "problem", "problems"))}
 	}
 	return nil
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-// isTerminal reports whether w is a character device such as a terminal;
-// pipes, files and test buffers are not.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // verifyProgress returns the progress callback of a verify run and what to

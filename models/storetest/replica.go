@@ -31,9 +31,12 @@ type ReplicaPair struct {
 	runAs                  string // "" or "postgres"
 }
 
-// pgBinDir is the newest /usr/lib/postgresql/*/bin with initdb, or the
-// directory of initdb on PATH.
-func pgBinDir() (string, bool) {
+// PGBinDir is the newest /usr/lib/postgresql/*/bin with initdb, or the
+// directory of initdb on PATH, for tests that start a cluster of their own
+// (the replica pair here, the drill's in cmd/taskpilots). Without one the
+// test fails, saying what to install: these tests never skip.
+func PGBinDir(t testing.TB) string {
+	t.Helper()
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool {
 		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
@@ -42,13 +45,15 @@ func pgBinDir() (string, bool) {
 	})
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return d, true
+			return d
 		}
 	}
 	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p), true
+		return filepath.Dir(p)
 	}
-	return "", false
+	t.Fatal("this test starts a PostgreSQL cluster of its own, and PostgreSQL's server binaries (initdb) are not installed: " +
+		"install Debian's postgresql package (as root: apt-get install -y postgresql; `make test` does it through scripts/test-postgres.sh)")
+	return ""
 }
 
 func freePort(t testing.TB) int {
@@ -68,11 +73,7 @@ func freePort(t testing.TB) int {
 // install.
 func StartReplicaPair(t testing.TB) *ReplicaPair {
 	t.Helper()
-	bin, ok := pgBinDir()
-	if !ok {
-		t.Fatal("the read replica tests start their own primary and standby, and PostgreSQL's server binaries (initdb) are not installed: apt-get install -y postgresql")
-	}
-	p := &ReplicaPair{t: t, bin: bin}
+	p := &ReplicaPair{t: t, bin: PGBinDir(t)}
 	if os.Geteuid() == 0 {
 		if _, err := user.Lookup("postgres"); err != nil {
 			t.Fatal("running as root, the replica pair's servers run as the postgres OS user, and there is none: apt-get install -y postgresql creates it")

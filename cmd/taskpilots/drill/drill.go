@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/taskpilots/handoff/cmd/taskpilots/cliout"
 	"github.com/taskpilots/handoff/models"
 )
 
@@ -267,7 +268,7 @@ func Run(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintln(env.Stdout, string(b))
 	}
 	if !rep.OK {
-		return &ExitError{Code: 1, Err: fmt.Errorf("drill failed: %s", plural(rep.ViolationCount, "violation", "violations"))}
+		return &ExitError{Code: 1, Err: fmt.Errorf("drill failed: %s", cliout.Plural(rep.ViolationCount, "violation", "violations"))}
 	}
 	return nil
 }
@@ -425,7 +426,7 @@ func printDrillReport(w io.Writer, r drillReport) {
 		fmt.Fprintf(w, "  %-22s %s\n", k, fmt.Sprintf(format, args...))
 	}
 	fmt.Fprintf(w, "\nTaskPilots recovery drill %s (queue %s, %s, %s, seed %d)\n", r.RunID, r.Queue, r.Mode,
-		plural(r.Servers, "server", "servers"), r.Seed)
+		cliout.Plural(r.Servers, "server", "servers"), r.Seed)
 	s := r.Sessions
 	row("sessions", "%d planned, %d created, %d settled, %d unsettled", s.Planned, s.Created, s.Settled, s.Unsettled)
 	row("final statuses", "%s", joinCounts(s.ByStatus))
@@ -494,7 +495,7 @@ func printDrillReport(w io.Writer, r drillReport) {
 	}
 	verdict := "PASS"
 	if !r.OK {
-		verdict = fmt.Sprintf("FAIL (%s)", plural(r.ViolationCount, "violation", "violations"))
+		verdict = fmt.Sprintf("FAIL (%s)", cliout.Plural(r.ViolationCount, "violation", "violations"))
 	}
 	row("result", "%s", verdict)
 	for _, v := range r.Violations {

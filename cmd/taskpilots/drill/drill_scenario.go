@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/taskpilots/handoff/client"
+	"github.com/taskpilots/handoff/cmd/taskpilots/cliout"
 	"github.com/taskpilots/handoff/models"
 )
 
@@ -564,7 +565,7 @@ func (d *drill) runScenario(ctx context.Context) {
 // progress shows how far the drill is on standard error: one line redrawn
 // with \r on a terminal, a line every five seconds elsewhere.
 func (d *drill) progress(done <-chan struct{}) {
-	tty := isTerminal(d.env.Stderr)
+	tty := cliout.IsTerminal(d.env.Stderr)
 	every := 5 * time.Second
 	if tty {
 		every = 200 * time.Millisecond

@@ -11,10 +11,8 @@ package drill
 
 import (
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/taskpilots/handoff/cmd/taskpilots/envflag"
 	"github.com/taskpilots/handoff/models"
@@ -66,21 +64,4 @@ func (d *envDefaults) Err() error {
 		return &ExitError{Code: 2, Err: err}
 	}
 	return nil
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-// isTerminal reports whether w is a character device such as a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

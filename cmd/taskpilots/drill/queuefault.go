@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/taskpilots/handoff/client"
+	"github.com/taskpilots/handoff/cmd/taskpilots/cliout"
 	"github.com/taskpilots/handoff/models"
 )
 
@@ -209,7 +210,7 @@ func runQueueFault(ctx context.Context, env *Env, o drillOpts) error {
 		fmt.Fprintln(env.Stdout, string(b))
 	}
 	if !rep.OK {
-		return &ExitError{Code: 1, Err: fmt.Errorf("drill failed: %s did not recover", plural(len(rep.Unrecovered), "expired lease", "expired leases"))}
+		return &ExitError{Code: 1, Err: fmt.Errorf("drill failed: %s did not recover", cliout.Plural(len(rep.Unrecovered), "expired lease", "expired leases"))}
 	}
 	return nil
 }
@@ -278,7 +279,7 @@ func printQueueFaultReport(w io.Writer, r QueueFaultReport) {
 	row("duration", "%.1fs", r.ElapsedSeconds)
 	verdict := "PASS"
 	if !r.OK {
-		verdict = fmt.Sprintf("FAIL (%s)", plural(len(r.Violations), "violation", "violations"))
+		verdict = fmt.Sprintf("FAIL (%s)", cliout.Plural(len(r.Violations), "violation", "violations"))
 	}
 	row("result", "%s", verdict)
 	tw.Flush()
