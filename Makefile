@@ -91,9 +91,11 @@ check: ## templ and TypeScript-client freshness, gofmt -l, go vet (what CI check
 # Each fuzz test in turn, FUZZTIME each; new findings land in the package's
 # testdata/fuzz/<Name>/ (commit them with the fix).
 FUZZTIME ?= 10s
-fuzz: ## run each fuzz test for FUZZTIME (10s): result contract, Apply, console forms, login form, CSRF token
+fuzz: ## run each fuzz test for FUZZTIME (10s): result contract, Apply, hash input, payload decoding, console forms, login form, CSRF token
 	$(GO) test -run '^$$' -fuzz '^FuzzResultContract$$' -fuzztime $(FUZZTIME) ./models/
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./models/
+	$(GO) test -run '^$$' -fuzz '^FuzzHashInput$$' -fuzztime $(FUZZTIME) ./models/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(FUZZTIME) ./models/
 	$(GO) test -run '^$$' -fuzz '^FuzzConsoleForm$$' -fuzztime $(FUZZTIME) ./handlers/
 	$(GO) test -run '^$$' -fuzz '^FuzzLoginForm$$' -fuzztime $(FUZZTIME) ./handlers/
 	$(GO) test -run '^$$' -fuzz '^FuzzCSRFToken$$' -fuzztime $(FUZZTIME) ./handlers/

@@ -221,12 +221,17 @@ func appendCanonicalString(dst []byte, raw []byte) ([]byte, error) {
 	return append(dst, enc...), nil
 }
 
-func plainString(raw []byte) bool {
-	body := raw[1 : len(raw)-1]
+func plainString(raw []byte) bool { return jsonVerbatim(raw[1 : len(raw)-1]) }
+
+// jsonVerbatim reports whether encoding/json writes the string body between
+// quotes as it is: nothing it escapes (the quote, the backslash, control
+// characters, '<', '>', '&', U+2028, U+2029) and valid UTF-8, which it
+// would otherwise replace.
+func jsonVerbatim[T ~string | ~[]byte](body T) bool {
 	ascii := true
-	for _, b := range body {
-		switch {
-		case b == '\\', b == '<', b == '>', b == '&', b < 0x20:
+	for i := 0; i < len(body); i++ {
+		switch b := body[i]; {
+		case b == '"', b == '\\', b == '<', b == '>', b == '&', b < 0x20:
 			return false
 		case b >= utf8.RuneSelf:
 			ascii = false
@@ -235,8 +240,8 @@ func plainString(raw []byte) bool {
 	if ascii {
 		return true
 	}
-	// encoding/json escapes U+2028 and U+2029 and replaces invalid UTF-8.
-	return utf8.Valid(body) && !bytes.Contains(body, []byte("\u2028")) && !bytes.Contains(body, []byte("\u2029"))
+	s := string(body)
+	return utf8.ValidString(s) && !strings.Contains(s, "\u2028") && !strings.Contains(s, "\u2029")
 }
 
 func (c *canonicalizer) skipSpace() {

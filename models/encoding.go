@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -17,10 +19,71 @@ import (
 
 // decodeJSON decodes b into v keeping numbers as json.Number, so that a value
 // decoded and encoded again keeps its exact text: replay must reproduce bytes.
+//
+// It is the decoder of every event payload Apply reads, so it is on the path
+// of every write and of verify. A Decoder (the only way to ask for
+// json.Number) copies its input into a buffer of its own and scans it there;
+// json.Unmarshal decodes in place. For a destination with no interface in
+// it UseNumber changes nothing, and when Unmarshal accepts the input, the
+// input is that one value, which the Decoder would decode the same way; on
+// a syntax error (trailing bytes after a first value, say: the Decoder reads
+// only the first) the Decoder decides, into a zeroed destination, so the
+// result is always the Decoder's.
 func decodeJSON(b []byte, v any) error {
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() && numberFree(rv.Type().Elem()) {
+		err := json.Unmarshal(b, v)
+		var syntax *json.SyntaxError
+		if !errors.As(err, &syntax) {
+			return err
+		}
+		rv.Elem().SetZero()
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	return dec.Decode(v)
+}
+
+// numberFreeTypes caches numberFree by type.
+var numberFreeTypes sync.Map // reflect.Type → bool
+
+// numberFree reports whether decoding into t never stores a number in an
+// interface (so UseNumber cannot matter) and runs no UnmarshalJSON of its
+// own (which might decode numbers its own way).
+func numberFree(t reflect.Type) bool {
+	if v, ok := numberFreeTypes.Load(t); ok {
+		return v.(bool)
+	}
+	free := numberFreeWalk(t, map[reflect.Type]bool{})
+	numberFreeTypes.Store(t, free)
+	return free
+}
+
+func numberFreeWalk(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return true // a recursive type: decided where it started
+	}
+	seen[t] = true
+	unmarshaler := reflect.TypeFor[json.Unmarshaler]()
+	if t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler) {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Interface:
+		return false
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return numberFreeWalk(t.Elem(), seen)
+	case reflect.Map:
+		return numberFreeWalk(t.Key(), seen) && numberFreeWalk(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if f := t.Field(i); f.IsExported() || f.Anonymous {
+				if !numberFreeWalk(f.Type, seen) {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // EncodeState is the stored encoding of a state. encoding/json is already
@@ -56,22 +119,21 @@ func ComputeHash(e Event) string {
 	if t, ok := parseTombstone(e.Payload); ok {
 		return t.hash(e, key)
 	}
-	payload := json.RawMessage(e.Payload)
+	payload := []byte(e.Payload)
 	if !json.Valid(payload) {
 		// A corrupted payload must still hash (to a mismatch), not fail.
 		payload, _ = json.Marshal(e.Payload)
 	}
-	b, err := json.Marshal(hashInput{
-		SessionID: e.SessionID, Seq: e.Seq, Type: e.Type, Actor: e.Actor,
-		VersionBefore: e.VersionBefore, VersionAfter: e.VersionAfter, Payload: payload,
-		IdempotencyKey: key, PrevHash: e.PrevHash, CreatedAt: e.CreatedAt.String(),
-	})
-	if err != nil {
-		panic("models: hash input does not marshal: " + err.Error())
-	}
+	buf := hashBufs.Get().(*[]byte)
+	b := appendHashInput((*buf)[:0], e, key, payload)
 	sum := sha256.Sum256(b)
+	*buf = b
+	hashBufs.Put(buf)
 	return hex.EncodeToString(sum[:])
 }
+
+// hashBufs recycles the buffers hash inputs are built in.
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // NewID returns a new opaque id with a type prefix, e.g. "ses_01J…".
 // ULIDs sort by creation time, which keeps keyset pagination cheap.

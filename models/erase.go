@@ -131,15 +131,7 @@ func parseTombstone(payload string) (Tombstone, bool) {
 // hashInputBytes is the exact input ComputeHash hashes for an event with
 // the given payload.
 func hashInputBytes(e Event, key string, payload json.RawMessage) []byte {
-	b, err := json.Marshal(hashInput{
-		SessionID: e.SessionID, Seq: e.Seq, Type: e.Type, Actor: e.Actor,
-		VersionBefore: e.VersionBefore, VersionAfter: e.VersionAfter, Payload: payload,
-		IdempotencyKey: key, PrevHash: e.PrevHash, CreatedAt: e.CreatedAt.String(),
-	})
-	if err != nil {
-		panic("models: hash input does not marshal: " + err.Error())
-	}
-	return b
+	return appendHashInput(nil, e, key, payload)
 }
 
 // hashSuffix is the part of an event's hash input after the payload. (A
@@ -550,6 +542,8 @@ func (s *Store) erasuresOf(ctx context.Context, ids []string) (map[string]*Sessi
 
 // replayEvent is Apply for sessions that may have been erased: the events
 // of the erased range are not applied, the erasure's state stands for them.
+// It consumes st (applyOwned): callers replay from a state of their own and
+// keep only the result.
 func replayEvent(st State, e Event, er *SessionErasure) (State, error) {
 	if er != nil && e.Seq <= er.ThroughSeq {
 		if e.Seq < er.ThroughSeq {
@@ -564,5 +558,5 @@ func replayEvent(st State, e Event, er *SessionErasure) (State, error) {
 		}
 		return next, nil
 	}
-	return Apply(st, e)
+	return applyOwned(st, e)
 }

@@ -50,3 +50,6 @@ var MetricFoldQueries = map[string]string{"sessions": foldSessionsSQL, "events":
 // SetFoldChunkSize sets how many sessions one statement of the metrics
 // fold reads (0: the default).
 func (s *Store) SetFoldChunkSize(n int) { s.foldChunkOverride = n }
+
+// ApplyOwned is the replay loop's Apply, which may change its input.
+var ApplyOwned = applyOwned

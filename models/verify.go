@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Problem kinds found by Verify.
@@ -204,16 +207,9 @@ func (s *Store) streamVerifyJobs(ctx context.Context, ids []string, workers int,
 	}
 	after := ""
 	for {
-		var rows []Session
-		// A left join: a session whose state row is missing is a
-		// projection problem to report, not a session to skip.
-		q := s.DB.WithContext(ctx).Table("sessions s").Select("s.*, coalesce(st.state, '') AS state").
-			Joins("LEFT JOIN session_states st ON st.session_id = s.id").Order("s.id").Limit(verifyBatch)
-		if len(ids) > 0 {
-			q = q.Where("s.id IN ?", ids)
-		}
-		if err := q.Where("s.id > ?", after).Scan(&rows).Error; err != nil {
-			fail(fmt.Errorf("verify: list sessions: %w", err))
+		rows, err := s.verifySessions(ctx, after, ids)
+		if err != nil {
+			fail(err)
 			break
 		}
 		if len(rows) == 0 {
@@ -234,6 +230,41 @@ func (s *Store) streamVerifyJobs(ctx context.Context, ids []string, workers int,
 		return ctx.Err()
 	}
 	return readErr
+}
+
+// verifySessions reads the next batch of sessions after the id after (only
+// ids, when given), with their states. A left join: a session whose state
+// row is missing is a projection problem to report, not a session to skip.
+func (s *Store) verifySessions(ctx context.Context, after string, ids []string) ([]Session, error) {
+	if s.pool != nil {
+		// pgx directly, as for the events: GORM's scan was a tenth of the
+		// reader's time.
+		sql := `SELECT s.*, coalesce(st.state, '') AS state FROM sessions s LEFT JOIN session_states st ON st.session_id = s.id
+			WHERE s.id > $1 AND ($2::text[] IS NULL OR s.id = ANY($2)) ORDER BY s.id LIMIT ` + strconv.Itoa(verifyBatch)
+		var only []string
+		if len(ids) > 0 {
+			only = ids
+		}
+		r, err := s.pool.Query(ctx, sql, after, only)
+		if err != nil {
+			return nil, fmt.Errorf("verify: list sessions: %w", err)
+		}
+		rows, err := pgx.CollectRows(r, pgx.RowToStructByNameLax[Session])
+		if err != nil {
+			return nil, fmt.Errorf("verify: list sessions: %w", err)
+		}
+		return rows, nil
+	}
+	var rows []Session
+	q := s.DB.WithContext(ctx).Table("sessions s").Select("s.*, coalesce(st.state, '') AS state").
+		Joins("LEFT JOIN session_states st ON st.session_id = s.id").Order("s.id").Limit(verifyBatch)
+	if len(ids) > 0 {
+		q = q.Where("s.id IN ?", ids)
+	}
+	if err := q.Where("s.id > ?", after).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("verify: list sessions: %w", err)
+	}
+	return rows, nil
 }
 
 // verifyReaders bounds the connections Verify reads events on at once.
