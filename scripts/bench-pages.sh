@@ -4,7 +4,8 @@
 # `taskpilots bench seed` through the real write path) and prints p50/p95/p99
 # for each, with the ratio of the large database's p95 to the small one's,
 # once per client count: as many clients as cores (latency) and 8 (queuing:
-# 8 clients on 2 cores mostly measure each other's wait).
+# 8 clients on 2 cores mostly measure each other's wait); then verify's
+# events/s over each database with one worker and one per core.
 # Goals (README): inbox and session page p95 < 50 ms at 1 M events, and no
 # page more than 1.3× slower at 1 M than at 10 k.
 #
@@ -58,9 +59,18 @@ for c in $CLIENTS; do
 			--requests "$REQUESTS" --only "$ONLY" --json > "$work/$size-$c.json"
 	done
 done
+# verify over each whole database, one worker and one per core (how
+# checking scales with cores), in the same sitting.
+for db in "$SMALL_DB" "$LARGE_DB"; do
+	for w in 1 "$(nproc)"; do
+		"$work/taskpilots" verify --database-url "$PGURL/$db?sslmode=disable" --quiet --json --workers "$w" |
+			tail -n 1 > "$work/verify-$db-$w.json"
+	done
+done
 if [ "${KEEP:-}" != 1 ]; then
 	psql "$PGURL/postgres" -qc "DROP DATABASE $SMALL_DB" -qc "DROP DATABASE $LARGE_DB"
 fi
+
 
 for c in $CLIENTS; do
 python3 - "$work/small-$c.json" "$work/large-$c.json" <<'PY'
@@ -75,4 +85,16 @@ for a, b in zip(small["pages"], large["pages"]):
     print(f"{a['page']:<28}{a['p50_ms']:8.1f}{a['p95_ms']:8.1f}{a['p99_ms']:8.1f}  |{b['p50_ms']:8.1f}{b['p95_ms']:8.1f}{b['p99_ms']:8.1f}  {r:9.2f}")
 print(json.dumps({"small": small, "large": large, "worst_p95_ratio": round(worst, 2)}))
 PY
+done
+echo "verify: events checked per second (hash chain, replay, projection)"
+printf '%-22s%10s%12s%14s\n' database events workers events/s
+for db in "$SMALL_DB" "$LARGE_DB"; do
+	for w in 1 "$(nproc)"; do
+		python3 - "$work/verify-$db-$w.json" "$db" "$w" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rate = r["events"] / (r["elapsed_ms"] / 1000) if r["elapsed_ms"] else 0
+print(f"{sys.argv[2]:<22}{r['events']:>10,}{sys.argv[3]:>12}{rate:>14,.0f}" + ("" if r["ok"] else "  PROBLEMS"))
+PY
+	done
 done
