@@ -223,6 +223,27 @@ func appendCanonicalString(dst []byte, raw []byte) ([]byte, error) {
 
 func plainString(raw []byte) bool { return jsonVerbatim(raw[1 : len(raw)-1]) }
 
+// The classes of bytes in jsonByteClass.
+const (
+	jsonPlain    = iota // written as it is
+	jsonEscaped         // escaped by encoding/json: '"', '\\', control characters, '<', '>', '&'
+	jsonNonASCII        // part of a multi-byte UTF-8 sequence
+)
+
+// jsonByteClass classifies each byte for jsonVerbatim, one table lookup a
+// byte (the hash input of every event goes through it).
+var jsonByteClass = func() (t [256]uint8) {
+	for b := range 256 {
+		switch {
+		case b < 0x20, b == '"', b == '\\', b == '<', b == '>', b == '&':
+			t[b] = jsonEscaped
+		case b >= utf8.RuneSelf:
+			t[b] = jsonNonASCII
+		}
+	}
+	return t
+}()
+
 // jsonVerbatim reports whether encoding/json writes the string body between
 // quotes as it is: nothing it escapes (the quote, the backslash, control
 // characters, '<', '>', '&', U+2028, U+2029) and valid UTF-8, which it
@@ -230,10 +251,10 @@ func plainString(raw []byte) bool { return jsonVerbatim(raw[1 : len(raw)-1]) }
 func jsonVerbatim[T ~string | ~[]byte](body T) bool {
 	ascii := true
 	for i := 0; i < len(body); i++ {
-		switch b := body[i]; {
-		case b == '"', b == '\\', b == '<', b == '>', b == '&', b < 0x20:
+		switch jsonByteClass[body[i]] {
+		case jsonEscaped:
 			return false
-		case b >= utf8.RuneSelf:
+		case jsonNonASCII:
 			ascii = false
 		}
 	}
