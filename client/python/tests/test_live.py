@@ -258,6 +258,22 @@ class LiveTest(unittest.TestCase):
             self.ctl.bulk("explode", session_ids=ids, reason="x")
         self.assertIn("action", cm.exception.fields)
 
+    def test_lease_batch(self) -> None:
+        sessions = [self.new_session() for _ in range(3)]
+        for s in sessions:
+            self.ctl.delegate(s["session_id"], queue=self.queue, step="triage", expected_version=s["state_version"])
+        leases = self.wrk.lease_batch(self.queue, worker="py-batch", max=5)
+        self.assertEqual(sorted(x["session_id"] for x in leases), sorted(s["session_id"] for s in sessions))
+        self.assertEqual(len({x["lease_token"] for x in leases}), 3)  # each lease is one of its own
+        for lease in leases:
+            self.wrk.submit_result(lease["delegation_id"], {
+                "lease_token": lease["lease_token"], "session_id": lease["session_id"], "step": "triage",
+                "result_type": "completed", "output": {"ok": True}, "evidence": [{"claim": "triaged"}]})
+        self.assertEqual(self.wrk.lease_batch(self.queue, worker="py-batch", max=5), [])
+        with self.assertRaises(taskpilots.ValidationError) as cm:
+            self.wrk.lease_batch(self.queue, worker="py-batch", max=0)
+        self.assertIn("max", cm.exception.fields)
+
     def test_feed_follows_cursor(self) -> None:
         start = self.ctl.events(after="now")["next_cursor"]
         s = self.new_session()

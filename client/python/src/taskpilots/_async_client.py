@@ -36,6 +36,7 @@ from .models import (
     FeedPage,
     Heartbeat,
     Lease,
+    LeaseBatch,
     Packet,
     ProductMetrics,
     QueueFlow,
@@ -329,6 +330,19 @@ class AsyncClient:
         """
         return await self.request("POST", f"/queues/{seg(queue)}/lease", body={"worker": worker, "wait_seconds": wait_seconds},
                                   idempotent=True, idempotency_key=idempotency_key, wait=wait_seconds)
+
+    async def lease_batch(self, queue: str, *, worker: str, max: int, wait_seconds: int = 0,
+                    idempotency_key: Optional[str] = None) -> List[Lease]:
+        """Lease up to ``max`` (1–100) delegations of ``queue`` in one claim (worker).
+
+        Long-polls up to ``wait_seconds`` for the first; returns an empty list
+        when nothing came. Each lease is one of its own: its own token,
+        expiry, heartbeats and result.
+        """
+        out: Optional[LeaseBatch] = await self.request(
+            "POST", f"/queues/{seg(queue)}/lease", body={"worker": worker, "wait_seconds": wait_seconds, "max": max},
+            idempotent=True, idempotency_key=idempotency_key, wait=wait_seconds)
+        return list(out["leases"]) if out else []
 
     async def heartbeat(self, delegation_id: str, lease_token: str, *, idempotency_key: Optional[str] = None) -> Heartbeat:
         """Renew a lease → ``{"lease_expires_at"}``; ConflictError when it is no longer held."""
