@@ -325,8 +325,9 @@ func (s *Store) sendBatchJobs(ctx context.Context, rows []Session, ids []string,
 	return send(rows[len(rows)-1].ID)
 }
 
-// verifyEventCols are the columns of Event, in scan order.
-const verifyEventCols = `id, session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at`
+// verifyEventCols are the columns of Event that the checks read, in scan
+// order (not the id: nothing checked depends on it).
+const verifyEventCols = `session_id, seq, type, actor, version_before, version_after, payload, idempotency_key, prev_hash, hash, created_at`
 
 // scanBatchEvents calls fn with the events of the sessions in [first, last]
 // (only ids, when given) in (session_id, seq) order: one range scan of the
@@ -367,7 +368,7 @@ func (s *Store) scanBatchEvents(ctx context.Context, first, last string, ids []s
 	}
 	for rows.Next() {
 		var e Event
-		if err := rows.Scan(&e.ID, &e.SessionID, &e.Seq, &e.Type, &e.Actor, &e.VersionBefore, &e.VersionAfter,
+		if err := rows.Scan(&e.SessionID, &e.Seq, &e.Type, &e.Actor, &e.VersionBefore, &e.VersionAfter,
 			&e.Payload, &e.IdempotencyKey, &e.PrevHash, &e.Hash, &e.CreatedAt); err != nil {
 			return fmt.Errorf("verify: scan event: %w", err)
 		}
