@@ -49,9 +49,9 @@ func (s *Store) VerifyInboxCounts(ctx context.Context) ([]InboxCountDrift, error
 		Stored int
 		N      int64
 	}
-	err := s.DB.WithContext(ctx).Raw(`SELECT 0 AS stored, x.* FROM (`+inboxCountsExact+`) AS x
+	err := s.DB.WithContext(ctx).Raw(`SELECT 0 AS stored, x.* FROM (` + inboxCountsExact + `) AS x
 UNION ALL
-SELECT 1, `+inboxCountColumns+`, n FROM inbox_counts WHERE n <> 0`).Scan(&rows).Error
+SELECT 1, ` + inboxCountColumns + `, n FROM inbox_counts WHERE n <> 0`).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("verify inbox counts: %w", err)
 	}
