@@ -34,8 +34,9 @@ type InboxCountDrift struct {
 const inboxCountColumns = "status, queue, priority, reason_code, assignee"
 
 // inboxCountsExact groups the sessions in human hands as inbox_counts counts
-// them: an index-only scan of sessions_inbox_facets_idx, so it costs the
-// backlog. For verify and repair, never for a page.
+// them: a read of the backlog through sessions_inbox_idx, for verify and
+// repair, never for a page (migration 00029 dropped the index that made it
+// index-only, which only this read would still use).
 const inboxCountsExact = `SELECT ` + inboxCountColumns + `, count(*) AS n FROM sessions WHERE ` + inboxWhere +
 	` GROUP BY ` + inboxCountColumns
 
