@@ -450,6 +450,12 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	if _, err := s.Reproject(ctx); err != nil {
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}
+	// The inbox's maintained counts are checked against the sessions (one
+	// grouped read of the backlog) and rebuilt if anything wrote sessions
+	// without the triggers: the repair verify points to.
+	if _, err := s.RepairInboxCounts(ctx); err != nil {
+		return applied, fmt.Errorf("migrate up: %w", err)
+	}
 	return applied, nil
 }
 

@@ -261,7 +261,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	facets, facetArgs, cut := s.inboxFacetSQL(o, from)
 	branches = append(branches, facets...)
 	args = append(args, facetArgs...)
-	rows, groups, all, err := s.scanInbox(ctx, prefix+strings.Join(branches, "\nUNION ALL\n"), args)
+	rows, groups, queueSums, err := s.scanInbox(ctx, prefix+strings.Join(branches, "\nUNION ALL\n"), args)
 	if err != nil {
 		return InboxPage{}, err
 	}
@@ -275,7 +275,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		out.Rows = rows[:o.Limit]
 		out.Next = encodeInboxCursor(out.Rows[o.Limit-1])
 	}
-	out.Counts, err = s.inboxCounts(ctx, o, groups, all, cut)
+	out.Counts, err = s.inboxCounts(ctx, o, groups, queueSums, cut)
 	return out, err
 }
 
@@ -305,15 +305,14 @@ func (s *Store) inboxDueSQL(policy SLAPolicy) (string, bool) {
 // scanInbox runs the inbox statement and scans its rows column by column
 // (GORM's Scan resolved each of the up to five pages' worth of rows by
 // reflection, which was most of the inbox's own CPU time): kind 0 is a
-// row of the page, kind 1 a group of the facet count, kind 2 the bounded
-// count of the whole inbox.
-func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []InboxRow, groups []inboxFacetGroup, all int64, err error) {
+// row of the page, kind 1 a group of the facet count, kind 2 the sessions
+// of one queue in the whole inbox (only with a search, see inboxFacetSQL).
+func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []InboxRow, groups []inboxFacetGroup, queueSums map[string]int64, err error) {
 	rs, err := s.read(ctx).Raw(q, args...).Rows()
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("inbox: %w", err)
+		return nil, nil, nil, fmt.Errorf("inbox: %w", err)
 	}
 	defer rs.Close()
-	all = -1
 	for rs.Next() {
 		var (
 			kind int
@@ -322,7 +321,7 @@ func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []Inb
 		)
 		if err := rs.Scan(&kind, &r.ID, &r.TicketRef, &r.Goal, &r.Status, &r.Priority, &r.StateVersion, &r.CurrentStep,
 			&r.Queue, &r.Assignee, &r.EscalatedAt, &r.UpdatedAt, &r.ReasonCode, &g.Mine, &g.Unassigned, &g.N); err != nil {
-			return nil, nil, 0, fmt.Errorf("inbox: scan: %w", err)
+			return nil, nil, nil, fmt.Errorf("inbox: scan: %w", err)
 		}
 		switch kind {
 		case 0:
@@ -331,13 +330,16 @@ func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []Inb
 			g.Status, g.Queue, g.Priority, g.ReasonCode = r.Status, r.Queue, r.Priority, r.ReasonCode
 			groups = append(groups, g)
 		default:
-			all = g.N
+			if queueSums == nil {
+				queueSums = map[string]int64{}
+			}
+			queueSums[r.Queue] = g.N
 		}
 	}
 	if err := rs.Err(); err != nil {
-		return nil, nil, 0, fmt.Errorf("inbox: %w", err)
+		return nil, nil, nil, fmt.Errorf("inbox: %w", err)
 	}
-	return rows, groups, all, nil
+	return rows, groups, queueSums, nil
 }
 
 // inboxLess is the inbox order: SLA due, priority, escalated_at, id.
@@ -414,23 +416,6 @@ func (s *Store) timeParam() string {
 // MaxInboxQueues bounds the queues the inbox offers as filter options.
 const MaxInboxQueues = 100
 
-// inboxQueues lists the queues with sessions in the inbox, sorted: a loose
-// index scan of sessions_inbox_queue_idx (one min() probe per queue), so it
-// costs the number of queues, not the number of sessions.
-func (s *Store) inboxQueues(ctx context.Context) ([]string, error) {
-	var qs []string
-	err := s.read(ctx).Raw(`WITH RECURSIVE q(queue, n) AS (
-	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+`), 1
-	UNION ALL
-	SELECT (SELECT min(s.queue) FROM sessions s WHERE s.`+inboxWhere+` AND s.queue > q.queue), q.n + 1
-	FROM q WHERE q.queue IS NOT NULL AND q.n < ?
-) SELECT queue FROM q WHERE queue IS NOT NULL AND queue <> ''`, MaxInboxQueues).Scan(&qs).Error
-	if err != nil {
-		return nil, fmt.Errorf("inbox queues: %w", err)
-	}
-	return qs, nil
-}
-
 // inboxCountOrder is the order of the inbox index that serves the count of f
 // (see boundedCount): the partial index led by one of f's equality filters,
 // so that the count reads only rows of that value.
@@ -470,21 +455,34 @@ type inboxFacetGroup struct {
 // each filter, the sessions matching it with the other active filters and
 // the search, each bounded at CountCap+1 like every console count.
 //
-// The sessions in human hands are the backlog, not the history, so the
-// counts read them once: one grouped read of the inbox sessions matching the
-// search (an index-only scan of sessions_inbox_facets_idx, or the search's
-// matches), cut at MaxInboxFacetRows, in the page's own statement
-// (inboxFacetSQL), and every option's number is summed here from the
-// groups. It replaces one bounded count per option (a statement of some 70
-// branches to plan and run on every page view and live refresh, each branch
-// repeating the search); that path stays for a backlog beyond the cut.
-// all is the bounded count of the whole inbox when there is a search (-1
-// otherwise: then it is the sum of the groups).
-func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFacetGroup, all, cut int64) (InboxCounts, error) {
-	queues, err := s.inboxQueues(ctx)
-	if err != nil {
-		return InboxCounts{}, err
+// Without a search the groups are the rows of inbox_counts, which the
+// triggers of migration 00029 keep in the writing transactions: one row per
+// (status, queue, priority, reason code, assignee) with its number of
+// sessions, a few hundred rows whatever the backlog, read in the page's own
+// statement (inboxFacetSQL); every option's number is summed here from the
+// groups. A search cannot be maintained: then the groups are the search's
+// matches, cut at MaxInboxFacetRows, and beyond the cut every option is a
+// bounded count of its own (inboxCountsBounded). queueSums are the
+// sessions per queue of the whole inbox from inbox_counts, for the queue
+// options and the "any" count when there is a search (nil otherwise: then
+// both come from the groups).
+func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFacetGroup, queueSums map[string]int64, cut int64) (InboxCounts, error) {
+	if queueSums == nil {
+		queueSums = map[string]int64{}
+		for _, g := range groups {
+			queueSums[g.Queue] += g.N
+		}
 	}
+	var all int64
+	queues := make([]string, 0, len(queueSums))
+	for q, n := range queueSums {
+		all += n
+		if q != "" && n > 0 {
+			queues = append(queues, q)
+		}
+	}
+	sort.Strings(queues)
+	queues = queues[:min(len(queues), MaxInboxQueues)]
 	if o.Queue != "" && !slices.Contains(queues, o.Queue) {
 		queues = append(queues, o.Queue)
 	}
@@ -495,41 +493,39 @@ func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFace
 	if read > cut {
 		return s.inboxCountsBounded(ctx, o, queues)
 	}
-	if all < 0 {
-		all = read
-	}
 	return inboxFacetCounts(o.InboxFilter, queues, groups, all), nil
 }
+
+// noCut is the cut of facet groups read from inbox_counts: they are counts
+// already, so their sum says nothing about the rows read.
+const noCut = int64(^uint64(0) >> 1)
 
 // inboxFacetSQL is the facet count's part of the inbox statement, over src
 // (sessions, or the search's matches m): UNION ALL branches in the page
 // rows' columns (see scanInbox), their arguments, and the cut.
 func (s *Store) inboxFacetSQL(o InboxOpts, src string) ([]string, []any, int64) {
+	// sum(n) is numeric on PostgreSQL; the cast keeps the UNION's column
+	// an integer in both dialects.
+	const counted = `SELECT 1, '', '', '', status, priority, 0, '', queue, '', NULL, NULL, reason_code, mine, unassigned, CAST(sum(n) AS BIGINT)
+FROM (SELECT status, queue, priority, reason_code, CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine,
+	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned, n FROM inbox_counts WHERE n > 0) AS f
+GROUP BY status, queue, priority, reason_code, mine, unassigned`
+	if src == "sessions" {
+		return []string{counted}, []any{o.Me}, noCut
+	}
 	cut := int64(MaxInboxFacetRows)
 	if s.inboxFacetRows > 0 {
 		cut = int64(s.inboxFacetRows)
 	}
-	order := ""
-	if src == "sessions" {
-		// The index's order, so that the read is its index-only scan (a
-		// LIMIT without it can make a sequential scan look cheap).
-		order = " ORDER BY " + inboxFacetOrder
-	}
 	out := []string{`SELECT 1, '', '', '', status, priority, 0, '', queue, '', NULL, NULL, reason_code, mine, unassigned, count(*)
 FROM (SELECT status, queue, priority, reason_code, CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine,
-	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned FROM ` + src + ` WHERE ` + inboxWhere + order + ` LIMIT ?) AS f
-GROUP BY status, queue, priority, reason_code, mine, unassigned`}
-	args := []any{o.Me, cut + 1}
-	if o.Search != "" {
-		// The "any" count of the whole inbox, search or not: a bounded count.
-		out = append(out, "SELECT 2, '', '', '', '', 0, 0, '', '', '', NULL, NULL, '', 0, 0, ("+boundedCount(inboxWhere, inboxOrder)+")")
-	}
-	return out, args, cut
+	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned FROM ` + src + ` WHERE ` + inboxWhere + ` LIMIT ?) AS f
+GROUP BY status, queue, priority, reason_code, mine, unassigned`,
+		// The queue options and the "any" count of the whole inbox, search
+		// or not: kind 2, one row per queue.
+		`SELECT 2, '', '', '', '', 0, 0, '', queue, '', NULL, NULL, '', 0, 0, CAST(sum(n) AS BIGINT) FROM inbox_counts WHERE n > 0 GROUP BY queue`}
+	return out, []any{o.Me, cut + 1}, cut
 }
-
-// inboxFacetOrder is the order of sessions_inbox_facets_idx, which holds
-// every column a facet counts by.
-const inboxFacetOrder = "status, queue, priority, reason_code, assignee"
 
 // inboxFacetCounts sums the facet counts of f from the groups of the inbox
 // sessions matching the search; all is the count of the whole inbox. Every

@@ -32,8 +32,14 @@ type Problem struct {
 	Checkpoint int64 `json:"checkpoint,omitempty"`
 }
 
+// ProblemInboxCounts is the kind of a problem with the inbox's maintained
+// counts (VerifyInboxCounts): not a session's, and repaired by reproject.
+const ProblemInboxCounts = "inbox_counts"
+
 func (p Problem) String() string {
 	switch {
+	case p.Kind == ProblemInboxCounts:
+		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
 	case p.SessionID == "":
 		return fmt.Sprintf("checkpoint %d: %s: %s", p.Checkpoint, p.Kind, p.Detail)
 	case p.Checkpoint != 0:
@@ -149,6 +155,19 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 	// Workers finish in any order; a session's problems are in seq order
 	// already, so a stable sort by session gives the sequential order.
 	sort.SliceStable(rep.Problems, func(i, j int) bool { return rep.Problems[i].SessionID < rep.Problems[j].SessionID })
+	if len(o.SessionIDs) == 0 {
+		// The inbox's counts are derived from every session, so only a
+		// whole verify checks them.
+		drift, err := s.VerifyInboxCounts(ctx)
+		if err != nil {
+			return rep, err
+		}
+		for _, d := range drift {
+			rep.Problems = append(rep.Problems, Problem{Kind: ProblemInboxCounts, Detail: fmt.Sprintf(
+				"%s, queue %q, priority %d, reason %q, assignee %q: %d counted, %d sessions (`taskpilots migrate up` rebuilds them)",
+				d.Status, d.Queue, d.Priority, d.ReasonCode, d.Assignee, d.Stored, d.Actual)})
+		}
+	}
 	if o.Checkpoints != nil && len(o.SessionIDs) == 0 {
 		sum, probs, err := s.VerifyCheckpoints(ctx, *o.Checkpoints)
 		if err != nil {

@@ -97,7 +97,7 @@ func (s *Store) CountWaitingOnInput(ctx context.Context) (int64, error) {
 // claimed), for the tab of the "Waiting on input" view, up to CountCap+1.
 func (s *Store) CountInHumanHands(ctx context.Context) (int64, error) {
 	var n int64
-	if err := s.DB.WithContext(ctx).Raw(boundedCount(inboxWhere, inboxOrder)).Scan(&n).Error; err != nil {
+	if err := s.DB.WithContext(ctx).Raw(humansCount).Scan(&n).Error; err != nil {
 		return 0, fmt.Errorf("count inbox: %w", err)
 	}
 	return n, nil
