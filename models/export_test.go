@@ -50,3 +50,10 @@ var MetricFoldQueries = map[string]string{"sessions": foldSessionsSQL, "events":
 // SetFoldChunkSize sets how many sessions one statement of the metrics
 // fold reads (0: the default).
 func (s *Store) SetFoldChunkSize(n int) { s.foldChunkOverride = n }
+
+// QueuedWrites is how many writes wait for the next group (group commit).
+func (s *Store) QueuedWrites() int {
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
+	return len(s.groups.queue)
+}
