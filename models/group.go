@@ -324,8 +324,12 @@ func (s *Store) runGroup(members []*groupMember) {
 		s.commitGroup(conn, g, carry, prev, prevSP, undo, drop, &live)
 	}
 	if g.broken != nil {
-		for _, m := range live {
-			m.err = g.broken
+		// Nothing committed: every member not failed already (those
+		// live, and those the group never reached) fails with the group.
+		for _, m := range members {
+			if m.err == nil {
+				m.err = g.broken
+			}
 		}
 		live = nil
 	}

@@ -76,20 +76,49 @@ func TestGroupCommitMixed(t *testing.T) {
 	st0, rt0 := s.WireStats()
 	g0 := s.GroupStats()
 
+	mis := storetest.Session(ctx, t, s, nil)
 	release := holdLane(t, s)
 	type result struct {
 		out models.Outcome
 		err error
 	}
-	results := make([]result, n+3)
+	results := make([]result, n+7)
 	var wg sync.WaitGroup
+	queued := 0
+	// run starts a write and waits until it is queued, so that the group
+	// runs its members in the order they are started here.
 	run := func(i int, fn func() (models.Outcome, error)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			results[i].out, results[i].err = fn()
 		}()
+		queued++
+		waitQueued(t, s, queued)
 	}
+	// A member whose last write fails on the server: it travels with the
+	// next member's first statements, so that member runs again.
+	fails := func(i int, query string) {
+		run(i, func() (models.Outcome, error) {
+			return models.Outcome{}, s.Write(ctx, func(tx *models.Tx) error {
+				tx.Later(func(err error) error { return fmt.Errorf("member %d: %w", i, err) }, query)
+				return nil
+			})
+		})
+	}
+	fails(n+3, `SELECT 1/(count(*)-count(*)) FROM sessions`)
+	// A member whose own read fails on the server, in its first batch.
+	run(n+4, func() (models.Outcome, error) {
+		return models.Outcome{}, s.Write(ctx, func(tx *models.Tx) error {
+			_, err := tx.Exec(`SELECT 3/(count(*)-count(*)) FROM sessions`)
+			return err
+		})
+	})
+	// A key used before, on another session whose command succeeds in
+	// Go: its idempotency insert fails on the server.
+	run(n+5, func() (models.Outcome, error) {
+		return s.Delegate(ctx, mis, "test:controller", "gc-replay", models.DelegateInput{Queue: "gc", Step: "check", ExpectedVersion: &v1})
+	})
 	stale := int64(7)
 	for i := 1; i < n; i++ {
 		i := i
@@ -121,13 +150,25 @@ func TestGroupCommitMixed(t *testing.T) {
 		v := int64(1)
 		return s.Transition(ctx, ids[3], models.EventSessionPaused, "test:controller", "", models.TransitionInput{ExpectedVersion: &v, Reason: "hold"})
 	})
-	waitQueued(t, s, n+3)
+	// The last member's tail fails with COMMIT in its batch.
+	fails(n+6, `SELECT 2/(count(*)-count(*)) FROM sessions`)
 	release()
 	wg.Wait()
 
 	gs := s.GroupStats()
-	if gs.Groups-g0.Groups != 1 || gs.Largest != n+3 {
-		t.Errorf("group stats %+v (before %+v), want one group of %d", gs, g0, n+3)
+	if gs.Groups-g0.Groups != 1 || gs.Largest != n+7 {
+		t.Errorf("group stats %+v (before %+v), want one group of %d", gs, g0, n+7)
+	}
+	for _, i := range []int{n + 3, n + 4, n + 6} {
+		if results[i].err == nil {
+			t.Errorf("member %d: no error from a failing statement", i)
+		}
+	}
+	if r := results[n+5]; models.ErrorCode(r.err) != models.EIDEMPOTENCY {
+		t.Errorf("key reused on another session: %+v, %v", r.out, r.err)
+	}
+	if evs, err := s.ListEvents(ctx, mis, 0, 100); err != nil || len(evs) != 1 {
+		t.Errorf("session of the reused key: %d events, %v; want 1", len(evs), err)
 	}
 	if fencedDID != old.DelegationID {
 		t.Fatalf("fenced delegation %s, leased %s", fencedDID, old.DelegationID)
@@ -171,7 +212,7 @@ func TestGroupCommitMixed(t *testing.T) {
 		}
 	}
 	st1, rt1 := s.WireStats()
-	t.Logf("group of %d: %d statements, %d round trips", n+3, st1-st0, rt1-rt0)
+	t.Logf("group of %d: %d statements, %d round trips", n+7, st1-st0, rt1-rt0)
 	rep, err := s.Verify(ctx, models.VerifyOpts{})
 	if err != nil || !rep.OK() {
 		t.Fatalf("verify: %+v, %v", rep.Problems, err)
