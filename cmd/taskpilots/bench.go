@@ -261,6 +261,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 			return runBenchPages(ctx, env, args[1:])
 		case "idle":
 			return runBenchIdle(ctx, env, args[1:])
+		case "cycles":
+			return runBenchCycles(ctx, env, args[1:])
 		}
 	}
 	o, err := benchFlags(env, args)
