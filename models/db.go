@@ -70,12 +70,12 @@ type Store struct {
 	tokens   tokenCache
 	// pool is the PostgreSQL connection pool (nil on SQLite); DB reads
 	// through it too.
-	pool  *pgxpool.Pool
-	wire  wireStats
+	pool *pgxpool.Pool
+	wire wireStats
 	// groups is group commit's state (group.go).
 	groups groupCommit
-	trace *poolTrace // nil on SQLite
-	maint maintState
+	trace  *poolTrace // nil on SQLite
+	maint  maintState
 	// replica is the read replica (nil: every read goes to the primary).
 	replica *replica
 	// foldChunkOverride, when set (tests only), is how many sessions one statement

@@ -256,10 +256,10 @@ func (s *Store) runGroup(members []*groupMember) {
 	defer conn.Release()
 	g := &groupTx{}
 	var (
-		live  []*groupMember // members whose writes are in the transaction
-		txs   = map[*groupMember]*Tx{}
-		carry = []txStmt{{sql: "BEGIN", onErr: failWith("begin")}}
-		prev  *groupMember
+		live   []*groupMember // members whose writes are in the transaction
+		txs    = map[*groupMember]*Tx{}
+		carry  = []txStmt{{sql: "BEGIN", onErr: failWith("begin")}}
+		prev   *groupMember
 		prevSP string
 	)
 	g.tailStart, g.tailEnd = 1, 1

@@ -34,7 +34,7 @@ type serveOpts struct {
 	// groupCommit and groupLanes become OpenOpts.GroupCommit, GroupLanes.
 	groupCommit bool
 	groupLanes  int
-	demo       bool
+	demo        bool
 	// leaseRecheck becomes the store's LeaseRecheck.
 	leaseRecheck time.Duration
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
