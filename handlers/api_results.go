@@ -63,13 +63,11 @@ type resultEntry struct {
 // An item that is not a JSON object makes the whole request a 422.
 func (a *API) submitResults(c echo.Context) error {
 	var in resultsRequest
-	key, err := bind(c, &in, func() error { return validateBatch(len(in.Results)) })
-	if err != nil {
+	// An Idempotency-Key header is checked like any other but not used:
+	// each result carries its own key, so a retried batch replays the
+	// results that committed and applies the rest.
+	if _, err := bind(c, &in, func() error { return validateBatch(len(in.Results)) }); err != nil {
 		return err
-	}
-	if key != "" {
-		return &models.ValidationError{Fields: []models.FieldError{{Field: idempotencyHeader,
-			Message: "is not used by this operation: give each result its idempotency_key"}}}
 	}
 	if err := validateBatch(len(in.Results)); err != nil {
 		return err
