@@ -69,7 +69,7 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	fs.IntVar(&o.maxConns, "max-conns", 0, "database pool size (default: max(20, 2×workers), lowered to what the server's max_connections allows)")
 	fs.IntVar(&o.wait, "wait", 5, "long-poll seconds of each lease")
 	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
-	fs.BoolVar(&o.groupCommit, "group-commit", true, "group concurrent writes into one commit (PostgreSQL; serve's --group-commit)")
+	fs.BoolVar(&o.groupCommit, "group-commit", false, "group concurrent writes into one commit (PostgreSQL; serve's --group-commit)")
 	fs.IntVar(&o.groupLanes, "group-lanes", models.DefaultGroupLanes, "writes or groups in flight at once with --group-commit")
 	feedBenchFlags(fs, &o.feed)
 	fs.IntVar(&o.webhookRounds, "webhook-rounds", 0, "if set, run this many rounds of --duration each without and with one active webhook (receiver on localhost) and compare")

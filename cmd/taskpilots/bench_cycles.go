@@ -47,7 +47,7 @@ func cyclesFlags(env *cliEnv, args []string) (cyclesOpts, error) {
 	fs.IntVar(&o.workers, "workers", 4, "concurrent workers, each leasing up to --batch per call")
 	fs.IntVar(&o.batch, "batch", 32, "leases per ClaimBatch call (1 to the lease batch cap)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long to run")
-	fs.BoolVar(&o.groupCommit, "group-commit", true, "group concurrent writes into one commit (PostgreSQL)")
+	fs.BoolVar(&o.groupCommit, "group-commit", false, "group concurrent writes into one commit (PostgreSQL; serve's --group-commit)")
 	fs.IntVar(&o.lanes, "group-lanes", models.DefaultGroupLanes, "writes or groups in flight at once with --group-commit")
 	fs.BoolVar(&o.batchResults, "batch-results", true, "send a worker's results with one SubmitResults call (false: SubmitResult each)")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "database pool size (default: max(20, 2×(producers+workers)))")

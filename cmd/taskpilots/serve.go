@@ -68,7 +68,7 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 			"shared by --replicas processes; a size that cannot fit is refused at start (env TASKPILOTS_DB_MAX_CONNS)")
 	fs.IntVar(&o.replicas, "replicas", d.Int("TASKPILOTS_REPLICAS", 1),
 		"how many server processes share the PostgreSQL database, for sizing each one's pool (env TASKPILOTS_REPLICAS)")
-	fs.BoolVar(&o.groupCommit, "group-commit", d.Bool("TASKPILOTS_GROUP_COMMIT", true),
+	fs.BoolVar(&o.groupCommit, "group-commit", d.Bool("TASKPILOTS_GROUP_COMMIT", false),
 		"commit concurrent writes together (PostgreSQL): writes that arrive while --group-lanes writes are in flight run as one "+
 			"transaction, each in its own savepoint, so each keeps its own outcome; at low load every write runs alone at once (env TASKPILOTS_GROUP_COMMIT)")
 	fs.IntVar(&o.groupLanes, "group-lanes", d.Int("TASKPILOTS_GROUP_LANES", models.DefaultGroupLanes),
