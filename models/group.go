@@ -12,25 +12,23 @@ import (
 )
 
 // Group commit (PostgreSQL). Several commands' write functions run one
-// after another on one connection, in one transaction, each inside a
-// savepoint of its own: a member whose function or statements fail is
-// rolled back to its savepoint alone and gets its own error, the others go
-// on, and one COMMIT ends the group. So each command keeps its atomicity,
-// its idempotency (the key insert is inside its savepoint) and its version
-// check (members run in order, so a member sees what the ones before it
-// wrote, and a second write to the same session sees the first), while the
-// group pays for one commit instead of one per command.
+// after another on one connection, in one transaction: a member whose
+// function or statements fail gets its own error and leaves nothing, the
+// others go on, and one COMMIT ends the group. So each command keeps its
+// atomicity, its idempotency (its key insert commits or not with its
+// writes) and its version check (members run in order, so a member sees
+// what the ones before it wrote, and a second write to the same session
+// sees the first), while the group pays for one commit instead of one per
+// command. How a failed member leaves nothing: see runGroup.
 //
-// Round trips stay those of the single path. SAVEPOINT travels with a
-// member's first statements, and a member's last writes and its RELEASE
-// travel with the next member's first statements (the last member's with
-// COMMIT). This is safe for the reason Tx's doc gives: those trailing
-// writes are decided on the server (Later), so when one of them fails the
-// server skips the rest of the batch; the next member's statements are
-// then void, the failed member is rolled back to its savepoint and the next
-// member runs again from the start (write functions may run more than once,
-// see Write). A member that still has a statement Go must judge sends it
-// before it ends, as commit does.
+// Round trips stay those of the single path: a member's last writes travel
+// with the next member's first statements (the last member's with COMMIT).
+// This is safe for the reason Tx's doc gives: those trailing writes are
+// decided on the server (Later), so when one of them fails the server skips
+// the rest of the batch, and nothing of it can commit; the failed member is
+// dropped and the others run again (write functions may run more than
+// once, see Write). A member that still has a statement Go must judge sends
+// it before it ends, as commit does.
 //
 // Two producers of groups: Write's group commit (GroupCommit), which turns
 // the writes that queue up while every lane is busy into one group, and
@@ -40,10 +38,8 @@ import (
 // commit before further writes queue up for the next group.
 const DefaultGroupLanes = 4
 
-// MaxGroupSize bounds the members of one group. Each member is a
-// subtransaction, and PostgreSQL keeps the ids of at most 64 of them per
-// transaction in shared memory (PGPROC_MAX_CACHED_SUBXIDS); past that,
-// every snapshot of every session has to look subtransactions up on disk.
+// MaxGroupSize bounds the members of one group: the locks one transaction
+// holds, and the work a member's failure makes the others do again.
 const MaxGroupSize = 48
 
 // GroupStats counts the groups the write path committed: how many, how many
@@ -195,13 +191,15 @@ func (s *Store) writeAlone(ctx context.Context, fn func(*Tx) error) (bool, error
 
 // groupTx is what the members' Txs of one group share: the attribution of
 // a failure in a member's first batch, which may hold the previous
-// member's last writes.
+// member's last writes, and what the member has sent.
 type groupTx struct {
 	// The first batch of the running member holds, from its start: group
-	// control (BEGIN, a savepoint's), the previous member's trailing
-	// writes and RELEASE in [tailStart, tailEnd), then the member's
-	// SAVEPOINT; prefix is the length of all that, 0 once it was sent.
+	// control (BEGIN) and the previous member's trailing writes in
+	// [tailStart, tailEnd); prefix is the length of all that.
 	tailStart, tailEnd, prefix int
+	// sent is set once the member's first batch went out; wrote once a
+	// statement of its own that is not a read did.
+	sent, wrote bool
 	// prevErr is the previous member's failure, seen in this batch.
 	prevErr error
 	// broken is a failure of the group as a whole (its connection or a
@@ -210,18 +208,21 @@ type groupTx struct {
 }
 
 // errNeighbour is the error of a member's statements that were void
-// because the previous member's trailing writes failed in the same batch;
-// the member runs again.
+// because the previous member's trailing writes failed in the same batch.
 var errNeighbour = errors.New("group: the previous member failed in this batch")
 
 // note attributes the outcome of a member's batch (at is the index of the
-// failed statement) when it was the first, the one with the prefix.
+// failed statement, -1 for the batch as a whole) and records what the
+// member has sent.
 func (g *groupTx) note(t *Tx, at int) {
 	n := g.prefix
-	if n == 0 {
-		return
-	}
 	g.prefix = 0
+	g.sent = true
+	for i := n; i < len(t.pending) && (t.err == nil || i <= at); i++ {
+		if t.pending[i].pg == nil {
+			g.wrote = true
+		}
+	}
 	switch {
 	case t.err == nil:
 	case at < 0 || t.conn.Conn().PgConn().IsClosed():
@@ -233,8 +234,21 @@ func (g *groupTx) note(t *Tx, at int) {
 	}
 }
 
+// errRedo ends a pass of a group whose transaction had to be rolled back
+// because a member failed after it wrote: the members still standing run
+// again, in a new transaction, without it.
+var errRedo = errors.New("group: run again without the failed member")
+
 // runGroup runs members as one group transaction (see the top of this
 // file) and closes their done channels with their outcomes set.
+//
+// Members run without savepoints, optimistically: a member that fails
+// before it wrote anything (a stale version, a fenced lease, found by its
+// reads) simply drops out, its row locks held to the end of the group; a
+// member whose writes fail on the server, or that fails after it wrote,
+// aborts the pass: the transaction is rolled back and the others run again
+// without it. Failures are rare on the hot path, and a savepoint per member
+// would cost two statements and a subtransaction each time.
 func (s *Store) runGroup(members []*groupMember) {
 	defer func() {
 		for _, m := range members {
@@ -254,81 +268,30 @@ func (s *Store) runGroup(members []*groupMember) {
 		return
 	}
 	defer conn.Release()
-	g := &groupTx{}
-	var (
-		live   []*groupMember // members whose writes are in the transaction
-		txs    = map[*groupMember]*Tx{}
-		carry  = []txStmt{{sql: "BEGIN", onErr: failWith("begin")}}
-		prev   *groupMember
-		prevSP string
-	)
-	g.tailStart, g.tailEnd = 1, 1
-	// undo rolls the transaction back to a member's savepoint, in a round
-	// trip of its own (failures are rare; a batch that starts in an aborted
-	// transaction could not prepare its statements).
-	undo := func(sp string) {
+	var live []*groupMember
+	var txs map[*groupMember]*Tx
+	var broken error
+	// Each pass drops at least one member, so there are at most
+	// len(members) passes.
+	for range len(members) + 1 {
+		live, txs = nil, map[*groupMember]*Tx{}
+		broken = s.groupPass(ctx, conn, members, &live, txs)
+		if broken != errRedo {
+			break
+		}
 		s.wire.statements.Add(1)
 		s.wire.roundTrips.Add(1)
-		if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp); err != nil && g.broken == nil {
-			g.broken = fmt.Errorf("group: roll back to savepoint: %w", err)
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			broken = fmt.Errorf("group: roll back: %w", err)
+			break
 		}
 	}
-	drop := func(m *groupMember) { live = slices.DeleteFunc(live, func(x *groupMember) bool { return x == m }) }
-	for i := 0; i < len(members) && g.broken == nil; i++ {
-		m := members[i]
-		if err := m.ctx.Err(); err != nil {
-			m.err = err
-			continue
-		}
-		sp := fmt.Sprintf("m%d", i)
-		t := &Tx{ctx: context.WithoutCancel(m.ctx), s: s, conn: conn, group: g, sent: true}
-		t.pending = append(slices.Clone(carry), txStmt{sql: "SAVEPOINT " + sp, onErr: failWith("savepoint")})
-		g.prefix = len(t.pending)
-		err := m.fn(t)
-		if err == nil && (g.prefix != 0 || slices.ContainsFunc(t.pending, txStmt.judgedInGo)) {
-			// Send what Go must judge before the member ends; and a
-			// member that sent nothing yet sends now, so that a batch
-			// never holds more than one member's own statements.
-			err = t.flush()
-		}
-		switch {
-		case g.broken != nil:
-		case g.prevErr != nil:
-			// The previous member's trailing writes failed: undo it, and
-			// run this member again, from the start.
-			prev.err, g.prevErr = g.prevErr, nil
-			drop(prev)
-			undo(prevSP)
-			carry, prev = nil, nil
-			g.tailStart, g.tailEnd = 0, 0
-			i--
-		case err != nil:
-			m.err = err
-			if g.prefix == 0 {
-				// Something of the member reached the server.
-				undo(sp)
-				carry, prev = nil, nil
-				g.tailStart, g.tailEnd = 0, 0
-			}
-			// Otherwise nothing was sent: carry (the previous member's
-			// tail) still goes with the next member's batch.
-		default:
-			carry = append(slices.Clone(t.pending), txStmt{sql: "RELEASE SAVEPOINT " + sp, onErr: failWith("release savepoint")})
-			g.tailStart, g.tailEnd = 0, len(carry)
-			prev, prevSP = m, sp
-			live = append(live, m)
-			txs[m] = t
-		}
-	}
-	if g.broken == nil {
-		s.commitGroup(conn, g, carry, prev, prevSP, undo, drop, &live)
-	}
-	if g.broken != nil {
+	if broken != nil {
 		// Nothing committed: every member not failed already (those
 		// live, and those the group never reached) fails with the group.
 		for _, m := range members {
 			if m.err == nil {
-				m.err = g.broken
+				m.err = broken
 			}
 		}
 		live = nil
@@ -341,39 +304,78 @@ func (s *Store) runGroup(members []*groupMember) {
 	}
 }
 
-// commitGroup sends the last member's tail with COMMIT; when the tail
-// fails, that member is undone and COMMIT sent again on its own. A failed
-// COMMIT fails every member still live (g.broken).
-func (s *Store) commitGroup(conn *pgxpool.Conn, g *groupTx, carry []txStmt, prev *groupMember, prevSP string,
-	undo func(string), drop func(*groupMember), live *[]*groupMember) {
-	if len(*live) == 0 && prev == nil {
-		return // nothing to commit; runGroup rolls back what was begun
-	}
-	ctx := context.Background()
-	for attempt := 0; attempt < 2; attempt++ {
-		t := &Tx{ctx: ctx, s: s, conn: conn, group: g, sent: true}
-		t.pending = append(slices.Clone(carry), txStmt{sql: "COMMIT", onErr: failWith("commit"), commit: true})
-		g.prefix = len(t.pending)
-		err := t.flush()
+// groupPass runs the members without an error yet in one transaction and
+// commits it. It returns nil when it committed (live holds the members
+// whose writes did), errRedo when a member failed in a way that needs the
+// transaction rolled back (its error is set), or the group's failure.
+func (s *Store) groupPass(ctx context.Context, conn *pgxpool.Conn, members []*groupMember, live *[]*groupMember, txs map[*groupMember]*Tx) error {
+	g := &groupTx{}
+	carry := []txStmt{{sql: "BEGIN", onErr: failWith("begin")}}
+	g.tailStart, g.tailEnd = 1, 1
+	var prev *groupMember
+	for _, m := range members {
+		if m.err != nil {
+			continue
+		}
+		if err := m.ctx.Err(); err != nil {
+			m.err = err
+			continue
+		}
+		t := &Tx{ctx: context.WithoutCancel(m.ctx), s: s, conn: conn, group: g, sent: true}
+		t.pending = slices.Clone(carry)
+		g.prefix, g.sent, g.wrote = len(t.pending), false, false
+		err := m.fn(t)
+		if err == nil && (len(t.pending) > 0 && !g.sent || slices.ContainsFunc(t.pending, txStmt.judgedInGo)) {
+			// Send what Go must judge before the member ends; and a
+			// member that sent nothing yet sends now, so that a batch
+			// never holds more than one member's own statements.
+			err = t.flush()
+		}
 		switch {
-		case err == nil:
-			return
-		case g.prevErr != nil && prev != nil:
-			prev.err, g.prevErr = g.prevErr, nil
-			drop(prev)
-			undo(prevSP)
-			carry, prev = nil, nil
-			g.tailStart, g.tailEnd = 0, 0
-			if g.broken != nil {
-				return
+		case g.broken != nil:
+			return g.broken
+		case g.prevErr != nil:
+			// The previous member's trailing writes failed.
+			prev.err = g.prevErr
+			return errRedo
+		case err != nil && (g.wrote || t.err != nil):
+			// The member wrote, or its statements failed on the server
+			// (the transaction is aborted): only a rollback undoes it.
+			m.err = err
+			return errRedo
+		case err != nil:
+			// Failed on what it read, before writing: it drops out. If
+			// it sent nothing, carry still goes with the next member.
+			m.err = err
+			if g.sent {
+				carry = nil
+				g.tailStart, g.tailEnd = 0, 0
 			}
 		default:
-			if g.broken == nil {
-				g.broken = err
-			}
-			return
+			carry = slices.Clone(t.pending)
+			g.tailStart, g.tailEnd = 0, len(carry)
+			prev = m
+			*live = append(*live, m)
+			txs[m] = t
 		}
 	}
+	if len(*live) == 0 {
+		return nil // nothing to commit; runGroup rolls back what was begun
+	}
+	t := &Tx{ctx: ctx, s: s, conn: conn, group: g, sent: true}
+	t.pending = append(carry, txStmt{sql: "COMMIT", onErr: failWith("commit"), commit: true})
+	g.prefix = len(t.pending) - 1
+	err := t.flush()
+	switch {
+	case err == nil:
+		return nil
+	case g.prevErr != nil:
+		prev.err = g.prevErr
+		return errRedo
+	case g.broken != nil:
+		return g.broken
+	}
+	return err
 }
 
 // resultBatch gathers the writes of one SubmitResults call into one

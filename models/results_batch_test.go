@@ -102,8 +102,9 @@ func TestSubmitResultsMixed(t *testing.T) {
 // TestSubmitResultsRoundTrips pins what a batch of results costs: one item
 // costs what SubmitResult does (TestLifecycleRoundTrips), and n items cost
 // n+1 round trips (BEGIN with the first item's lock; each next item's lock
-// with the previous item's writes; COMMIT with the last's) and seven
-// statements each plus BEGIN and COMMIT.
+// with the previous item's writes; COMMIT with the last's) and five
+// statements each (the two lock reads, the projection with its event, the
+// delegation, the idempotency key) plus BEGIN and COMMIT.
 func TestSubmitResultsRoundTrips(t *testing.T) {
 	s := storetest.New(t, models.Postgres)
 	ctx := context.Background()
@@ -132,5 +133,5 @@ func TestSubmitResultsRoundTrips(t *testing.T) {
 	for i, l := range ls {
 		items[i] = completed(l, fmt.Sprintf("rt-n-%d", i))
 	}
-	measure(fmt.Sprintf("%d results", n), n+1, 7*n+2, items)
+	measure(fmt.Sprintf("%d results", n), n+1, 5*n+2, items)
 }
