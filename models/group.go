@@ -109,6 +109,10 @@ type groupMember struct {
 	// What the member came to: its error, and whether it appended events.
 	err      error
 	appended bool
+	// dropped marks an err found on what the member read, in a pass that
+	// was then rolled back: what it read may not commit, so the member
+	// runs again in the next pass.
+	dropped bool
 }
 
 func newMember(ctx context.Context, fn func(*Tx) error, order int) *groupMember {
@@ -275,8 +279,13 @@ func (s *Store) runGroup(members []*groupMember) {
 	// len(members) passes.
 	for range len(members) + 1 {
 		live, txs = nil, map[*groupMember]*Tx{}
+		for _, m := range members {
+			if m.dropped {
+				m.err, m.dropped = nil, false
+			}
+		}
 		broken = s.groupPass(ctx, conn, members, &live, txs)
-		if broken != errRedo {
+		if !errors.Is(broken, errRedo) {
 			break
 		}
 		s.wire.statements.Add(1)
@@ -285,6 +294,9 @@ func (s *Store) runGroup(members []*groupMember) {
 			broken = fmt.Errorf("group: roll back: %w", err)
 			break
 		}
+	}
+	for _, m := range members {
+		m.dropped = false
 	}
 	if broken != nil {
 		// Nothing committed: every member not failed already (those
@@ -346,7 +358,7 @@ func (s *Store) groupPass(ctx context.Context, conn *pgxpool.Conn, members []*gr
 		case err != nil:
 			// Failed on what it read, before writing: it drops out. If
 			// it sent nothing, carry still goes with the next member.
-			m.err = err
+			m.err, m.dropped = err, true
 			if g.sent {
 				carry = nil
 				g.tailStart, g.tailEnd = 0, 0
