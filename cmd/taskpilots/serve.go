@@ -70,7 +70,7 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 		"how many server processes share the PostgreSQL database, for sizing each one's pool (env TASKPILOTS_REPLICAS)")
 	fs.BoolVar(&o.groupCommit, "group-commit", d.Bool("TASKPILOTS_GROUP_COMMIT", false),
 		"commit concurrent writes together (PostgreSQL): writes that arrive while --group-lanes writes are in flight run as one "+
-			"transaction, each in its own savepoint, so each keeps its own outcome; at low load every write runs alone at once (env TASKPILOTS_GROUP_COMMIT)")
+			"transaction in which each keeps its own outcome; at low load every write runs alone at once (env TASKPILOTS_GROUP_COMMIT)")
 	fs.IntVar(&o.groupLanes, "group-lanes", d.Int("TASKPILOTS_GROUP_LANES", models.DefaultGroupLanes),
 		"with --group-commit, how many writes or groups run at once before further writes wait for the next group (env TASKPILOTS_GROUP_LANES)")
 	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),

@@ -407,7 +407,7 @@ export interface paths {
         put?: never;
         /**
          * Report a batch of results
-         * @description Up to 100 results, each judged and applied exactly as POST /delegations/{id}/result would (its contract check, lease fence, version and idempotency key), written together in one transaction in which each result has its own savepoint: a result that fails (409 fenced or stale, 422 contract, 404) writes nothing for itself and never takes the others down. The answer is 200 with one entry per result, in request order. Each result carries its own idempotency_key, so a retried batch replays the results that committed and applies the rest; an Idempotency-Key header is not used. More than 100 results, or none, is a 422 naming results.
+         * @description Up to 100 results, each judged and applied exactly as POST /delegations/{id}/result would (its contract check, lease fence, version and idempotency key), written together in one transaction: a result that fails (409 fenced or stale, 422 contract, 404) writes nothing for itself and never takes the others down. The answer is 200 with one entry per result, in request order. Each result carries its own idempotency_key, so a retried batch replays the results that committed and applies the rest; an Idempotency-Key header is not used. More than 100 results, or none, is a 422 naming results.
          *
          *     Roles: worker (admin may call every operation).
          */
