@@ -498,3 +498,62 @@ func (c *Client) Result(ctx context.Context, delegationID string, in ResultInput
 	err := c.do(ctx, request{method: http.MethodPost, path: "/api/v1/delegations/" + esc(delegationID) + "/result", body: in, out: &out}, opts)
 	return out, err
 }
+
+// ResultItem is one result of a batch (SubmitResults): the delegation it
+// answers, its idempotency key (a new one when empty, so that a retried
+// batch replays what committed) and the return contract.
+type ResultItem struct {
+	DelegationID   string `json:"delegation_id"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	ResultInput
+}
+
+// ResultEntry is what one result of a batch came to: the answer the single
+// Result call would have had, its HTTP status and either its Outcome or its
+// error (a *ConflictError, a *ValidationError, a *Problem).
+type ResultEntry struct {
+	Status   int
+	Outcome  Outcome
+	Replayed bool
+	Err      error
+}
+
+// SubmitResults sends up to 100 results in one call (worker). Each is
+// judged and applied on its own, as Result would (a fenced or invalid one
+// fails alone and writes nothing), and all are written in one transaction
+// on the server. The entries are in the order of items; the error is for
+// the call as a whole (a *ValidationError naming results for too many).
+func (c *Client) SubmitResults(ctx context.Context, items []ResultItem, opts ...CallOption) ([]ResultEntry, error) {
+	body := struct {
+		Results []ResultItem `json:"results"`
+	}{Results: make([]ResultItem, len(items))}
+	for i, it := range items {
+		if it.IdempotencyKey == "" {
+			it.IdempotencyKey = NewIdempotencyKey()
+		}
+		body.Results[i] = it
+	}
+	var out struct {
+		Results []struct {
+			Status   int             `json:"status"`
+			Outcome  *Outcome        `json:"outcome"`
+			Replayed bool            `json:"replayed"`
+			Problem  json.RawMessage `json:"problem"`
+		} `json:"results"`
+	}
+	const path = "/api/v1/results"
+	if err := c.do(ctx, request{method: http.MethodPost, path: path, body: body, out: &out}, opts); err != nil {
+		return nil, err
+	}
+	entries := make([]ResultEntry, len(out.Results))
+	for i, r := range out.Results {
+		entries[i] = ResultEntry{Status: r.Status, Replayed: r.Replayed}
+		switch {
+		case r.Outcome != nil && r.Status < 300:
+			entries[i].Outcome = *r.Outcome
+		default:
+			entries[i].Err = decodeProblem(http.MethodPost, path, r.Status, r.Problem)
+		}
+	}
+	return entries, nil
+}

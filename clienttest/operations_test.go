@@ -125,6 +125,20 @@ var clientCalls = []struct {
 			ResultType: client.ResultNeedsInput, Question: "Was the order paid by card?"})
 		return err
 	}},
+	{"submitResults", func(ctx context.Context, f *opFixture) error {
+		// The lease was answered just above: its token is fenced now, so
+		// the batch answers 200 with the result's own 409.
+		l := f.lease
+		entries, err := f.worker.SubmitResults(ctx, []client.ResultItem{{DelegationID: l.DelegationID, ResultInput: client.ResultInput{
+			LeaseToken: l.LeaseToken, SessionID: l.SessionID, Step: l.Step, ResultType: client.ResultNeedsInput, Question: "Again?"}}})
+		if err != nil {
+			return err
+		}
+		if len(entries) != 1 || entries[0].Status != http.StatusConflict || !client.IsConflict(entries[0].Err) {
+			return fmt.Errorf("batch of one fenced result = %+v", entries)
+		}
+		return nil
+	}},
 	{"provideInput", func(ctx context.Context, f *opFixture) (err error) {
 		f.session, err = f.controller.ProvideInput(ctx, f.session.SessionID, client.InputInput{ExpectedVersion: f.session.StateVersion,
 			Answer: "paid by card", Delegate: &client.InputDelegate{Queue: "refunds", Step: "issue-refund", DelaySeconds: 3600}})

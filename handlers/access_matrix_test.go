@@ -182,6 +182,7 @@ var accessMatrix = map[string]routeCase{
 	"POST /api/v1/queues/:queue/expire-leases": {path: "/api/v1/queues/refunds/expire-leases", want: adminAPI(422)},
 	"POST /api/v1/delegations/:id/heartbeat":   {path: "/api/v1/delegations/dlg_missing/heartbeat", want: workAPI(422)},
 	"POST /api/v1/delegations/:id/result":      {path: "/api/v1/delegations/dlg_missing/result", want: workAPI(422)},
+	"POST /api/v1/results":                     {want: workAPI(422)},
 	"GET /api/v1/queues":                       {want: readAPI(200)},
 	"GET /api/v1/queues/:queue":                {path: "/api/v1/queues/refunds", want: readAPI(200)},
 	"PUT /api/v1/queues/:queue":                {path: "/api/v1/queues/refunds", want: adminAPI(200)},

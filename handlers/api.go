@@ -64,6 +64,8 @@ func (a *API) Register(g *echo.Group) {
 	g.POST("/queues/:queue/expire-leases", a.expireLeases, a.auth())
 	g.POST("/delegations/:id/heartbeat", a.heartbeat, a.auth(workerRoles...))
 	g.POST("/delegations/:id/result", a.submitResult, a.auth(workerRoles...))
+	// Results in batches: the same role rule as the single result's.
+	g.POST("/results", a.submitResults, a.auth(workerRoles...))
 
 	// Step routes (models/routes.go).
 	g.GET("/routes", a.listRoutes, a.auth(readRoles...))

@@ -54,6 +54,17 @@ func bind(c echo.Context, dst any, validate func() error) (idemKey string, err e
 	if keyProblem != "" {
 		fields = append(fields, models.FieldError{Field: idempotencyHeader, Message: keyProblem})
 	}
+	if err := bindObject(body, dst, validate, fields); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// bindObject decodes the JSON object body into dst with bind's checks
+// (unknown fields, wrong types, NUL, then validate), adding to the
+// problems already found in fields; a batch binds each of its items with
+// it, so that an item is judged exactly as the single request would be.
+func bindObject(body []byte, dst any, validate func() error, fields []models.FieldError) error {
 	t := reflect.TypeOf(dst).Elem()
 	var typePaths []string
 	for _, e := range objectEntries(body) {
@@ -74,7 +85,7 @@ func bind(c echo.Context, dst any, validate func() error) (idemKey string, err e
 	// which is what lets the rest be validated below.
 	var ute *json.UnmarshalTypeError
 	if err := dec.Decode(dst); err != nil && !errors.As(err, &ute) {
-		return "", echo.NewHTTPError(http.StatusBadRequest, "The request body could not be decoded: "+err.Error()).SetInternal(err)
+		return echo.NewHTTPError(http.StatusBadRequest, "The request body could not be decoded: "+err.Error()).SetInternal(err)
 	} else if err != nil && len(typePaths) == 0 {
 		// checkType vets every value, so this is a shape it does not know.
 		fields = append(fields, models.FieldError{Field: ute.Field, Message: "has the wrong type or is out of range"})
@@ -85,7 +96,7 @@ func bind(c echo.Context, dst any, validate func() error) (idemKey string, err e
 	models.CheckNUL(nul, "", dst)
 	fields = append(fields, nul.Fields...)
 	if len(fields) == 0 {
-		return key, nil
+		return nil
 	}
 	if validate != nil {
 		var ve *models.ValidationError
@@ -99,7 +110,7 @@ func bind(c echo.Context, dst any, validate func() error) (idemKey string, err e
 			}
 		}
 	}
-	return "", &models.ValidationError{Fields: fields}
+	return &models.ValidationError{Fields: fields}
 }
 
 // covered reports whether field is one of paths or inside one of them.
@@ -116,14 +127,25 @@ func covered(field string, paths []string) bool {
 // the key is unusable.
 func idempotencyKey(c echo.Context) (key, problem string) {
 	key = c.Request().Header.Get(idempotencyHeader)
-	switch {
-	case len(key) > MaxIdempotencyKeyLen:
-		return "", fmt.Sprintf("must be at most %d characters", MaxIdempotencyKeyLen)
-	case strings.IndexFunc(key, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsPrint(r) }) >= 0:
-		return "", "must be printable ASCII"
+	if p := keyProblem(key); p != "" {
+		return "", p
 	}
 	return key, ""
 }
+
+// keyProblem says what makes an idempotency key unusable, or "".
+func keyProblem(key string) string {
+	switch {
+	case len(key) > MaxIdempotencyKeyLen:
+		return fmt.Sprintf("must be at most %d characters", MaxIdempotencyKeyLen)
+	case strings.IndexFunc(key, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsPrint(r) }) >= 0:
+		return "must be printable ASCII"
+	}
+	return ""
+}
+
+// asValidation is errors.As for a *models.ValidationError.
+func asValidation(err error, ve **models.ValidationError) bool { return errors.As(err, ve) }
 
 // readError maps a failure to read the body. The body limit middleware
 // reports its 413 through the reader.

@@ -70,10 +70,12 @@ type Store struct {
 	tokens   tokenCache
 	// pool is the PostgreSQL connection pool (nil on SQLite); DB reads
 	// through it too.
-	pool  *pgxpool.Pool
-	wire  wireStats
-	trace *poolTrace // nil on SQLite
-	maint maintState
+	pool *pgxpool.Pool
+	wire wireStats
+	// groups is group commit's state (group.go).
+	groups groupCommit
+	trace  *poolTrace // nil on SQLite
+	maint  maintState
 	// replica is the read replica (nil: every read goes to the primary).
 	replica *replica
 	// foldChunkOverride, when set (tests only), is how many sessions one statement
@@ -102,6 +104,10 @@ type OpenOpts struct {
 	// the database that request reads may use (replica.go). PostgreSQL
 	// only: with SQLite it is ErrReadReplicaDialect.
 	ReadURL string
+	// GroupCommit turns on group commit of concurrent writes (group.go)
+	// with GroupLanes lanes (0: DefaultGroupLanes). PostgreSQL only.
+	GroupCommit bool
+	GroupLanes  int
 }
 
 // ParseDatabaseURL tells the dialect of a database URL and the DSN for its
@@ -242,6 +248,13 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 			pool.Close()
 			return nil, err
 		}
+	}
+	if opts.GroupCommit {
+		lanes := opts.GroupLanes
+		if lanes <= 0 {
+			lanes = DefaultGroupLanes
+		}
+		st.SetGroupCommit(lanes)
 	}
 	return st, nil
 }

@@ -53,3 +53,10 @@ func (s *Store) SetFoldChunkSize(n int) { s.foldChunkOverride = n }
 
 // ApplyOwned is the replay loop's Apply, which may change its input.
 var ApplyOwned = applyOwned
+
+// QueuedWrites is how many writes wait for the next group (group commit).
+func (s *Store) QueuedWrites() int {
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
+	return len(s.groups.queue)
+}

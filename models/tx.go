@@ -50,6 +50,10 @@ type Tx struct {
 	// the feed sequencer (feed.go).
 	appended bool
 	err      error // the first failure; every later call returns it
+	// group is set when the Tx is one member of a group transaction
+	// (group.go): its pending statements may start with the tail of the
+	// previous member, whose failure is that member's, not this one's.
+	group *groupTx
 }
 
 // txStmt is one queued statement: an exec whose server error onErr
@@ -201,7 +205,11 @@ func (t *Tx) flush() error {
 		return nil
 	}
 	if t.conn != nil {
-		t.err = t.flushPostgres()
+		var at int
+		at, t.err = t.flushPostgres()
+		if g := t.group; g != nil {
+			g.note(t, at)
+		}
 	} else {
 		t.err = t.flushSQLite()
 	}
@@ -236,7 +244,10 @@ func (t *Tx) flushSQLite() error {
 	return nil
 }
 
-func (t *Tx) flushPostgres() error {
+// flushPostgres sends the pending statements as one batch and returns the
+// index of the statement that failed (len(pending) when none did) and the
+// failure.
+func (t *Tx) flushPostgres() (int, error) {
 	var b pgx.Batch
 	for _, st := range t.pending {
 		q, args := rebind(st.sql, st.args)
@@ -247,7 +258,8 @@ func (t *Tx) flushPostgres() error {
 	t.sent = true
 	br := t.conn.SendBatch(t.ctx, &b)
 	var first error
-	for _, st := range t.pending {
+	at := len(t.pending)
+	for i, st := range t.pending {
 		var err error
 		switch {
 		case st.pg != nil:
@@ -277,14 +289,14 @@ func (t *Tx) flushPostgres() error {
 			}
 		}
 		if err != nil {
-			first = err
+			first, at = err, i
 			break
 		}
 	}
 	if cerr := br.Close(); first == nil && cerr != nil {
-		first = cerr
+		first, at = cerr, 0
 	}
-	return first
+	return at, first
 }
 
 // rebind turns GORM-style ? placeholders into PostgreSQL's $n, expanding a
@@ -380,9 +392,12 @@ func (s *Store) Write(ctx context.Context, fn func(tx *Tx) error) error {
 				return t.flush()
 			})
 		}
-		var t *Tx
-		err := s.writePostgres(ctx, func(tx *Tx) error { t = tx; return fn(tx) })
-		appended = t != nil && t.appended
+		if a, err, ok := s.writeBatched(ctx, fn); ok {
+			appended = a
+			return err
+		}
+		var err error
+		appended, err = s.writeGrouped(ctx, fn)
 		return err
 	})
 	if err == nil {

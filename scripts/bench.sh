@@ -24,6 +24,12 @@
 # call and then 100 per call: jobs inserted, worked and completed per second,
 # the job-queue part of a lifecycle without sessions, state or events.
 #
+# Each round also runs `taskpilots bench cycles`: delegate → lease → result
+# cycles on sessions created beforehand, producers delegating one call at a
+# time (CLIENTS of them) while workers lease in batches and send their
+# results in batches, with group commit: the Go API figure issue 16 puts
+# beside River's one-call-at-a-time job rate (ratio cycles / River single).
+#
 # Targets: HTTP ≥ 50 % of pgbench's lifecycles/s, in-process ≥ 80 %.
 # pgbench counts one run of the four-commit script as one "transaction", so
 # its tps is lifecycles/s (commits/s = 4 × tps); the ratios below are
@@ -126,6 +132,14 @@ run_ours() { # mode round
 	last_json "$work/$mode.out" lifecycles_per_sec
 }
 
+run_cycles() {
+	echo "== taskpilots bench cycles: $CLIENTS producers, ${DURATION}s" >&2
+	"$work/taskpilots" bench cycles --database-url "$DBURL" --producers "$CLIENTS" \
+		--duration "${DURATION}s" --json >"$work/cycles.out"
+	head -n -1 "$work/cycles.out" >&2
+	last_json "$work/cycles.out" cycles_per_sec
+}
+
 run_river() { # single|batch
 	echo "== riverbench --mode $1: $CLIENTS clients, ${DURATION}s" >&2
 	"$work/riverbench" --database-url "$DBURL" --mode "$1" --clients "$CLIENTS" --duration "${DURATION}s" >"$work/river-$1.out"
@@ -158,7 +172,9 @@ for r in $(seq 1 "$ROUNDS"); do
 	rsingle=$(run_river single)
 	fresh_db
 	rbatch=$(run_river batch)
-	echo "$pg $http $inproc $pgcpu $httpcpu $inproccpu $rsingle $rbatch" >>"$work/rounds"
+	fresh_db
+	cycles=$(run_cycles)
+	echo "$pg $http $inproc $pgcpu $httpcpu $inproccpu $rsingle $rbatch $cycles" >>"$work/rounds"
 done
 
 psql "$PGURL/postgres?sslmode=disable" -qX -c "DROP DATABASE IF EXISTS $BENCH_DB" >/dev/null || true
@@ -173,7 +189,9 @@ function cpu(s, cl) { return s == "-" ? "n/a" : sprintf("%.2f ms (server %.2f + 
 	n++; pg[n] = $1; ht[n] = $2; ip[n] = $3; hr[n] = $2 / $1; ir[n] = $3 / $1
 	# $4..$9 are three "server client" CPU pairs, $10 and $11 River.
 	rs[n] = $10; rb[n] = $11; rr[n] = $3 / $10
+	cy[n] = $12; cr[n] = $12 / $10
 	printf "round %d: pgbench %.1f lifecycles/s (%.1f commits/s), http %.1f (ratio %.2f), inproc %.1f (ratio %.2f); river %.1f jobs/s one per call, %.1f batched\n", n, $1, $1 * 4, $2, $2 / $1, $3, $3 / $1, $10, $11
+	printf "         cycles %.1f/s (delegate → lease → result, Go API, group commit, batched results; ratio to river one per call %.2f)\n", $12, $12 / $10
 	if ($4 != "-") {
 		havecpu = 1
 		printf "         cpu per lifecycle: pgbench %s, http %s, inproc %s\n", cpu($4, $5), cpu($6, $7), cpu($8, $9)
@@ -190,6 +208,8 @@ END {
 	mrs = median(rs, n); mrb = median(rb, n); mrr = median(rr, n)
 	printf "river, one job per call    %9.1f jobs/s        inproc lifecycles / river jobs %.2f (target >= 1) %s\n", mrs, mrr, (mrr >= 1 ? "ok" : "UNDER TARGET")
 	printf "river, 100 jobs per call   %9.1f jobs/s\n", mrb
+	mcy = median(cy, n); mcr = median(cr, n)
+	printf "taskpilots cycles (Go API) %9.1f cycles/s      cycles / river jobs one per call %.2f (target >= 1) %s\n", mcy, mcr, (mcr >= 1 ? "ok" : "UNDER TARGET")
 	cpujson = ""
 	if (havecpu) {
 		printf "cpu per lifecycle          pgbench %s\n", cpu(median(ps, n), median(pc, n))
@@ -197,5 +217,5 @@ END {
 		printf "                           inproc  %s\n", cpu(median(is, n), median(ic, n))
 		cpujson = sprintf(",\"pgbench_cpu_ms\":%.3f,\"http_cpu_ms\":%.3f,\"inproc_cpu_ms\":%.3f", median(pt, n), median(htot, n), median(it, n))
 	}
-	printf "{\"clients\":%d,\"duration_s\":%d,\"rounds\":%d,\"pgbench_tps\":%.3f,\"pgbench_commits_per_sec\":%.3f,\"http_lifecycles_per_sec\":%.3f,\"inproc_lifecycles_per_sec\":%.3f,\"http_ratio\":%.4f,\"inproc_ratio\":%.4f,\"river_single_jobs_per_sec\":%.3f,\"river_batch_jobs_per_sec\":%.3f,\"inproc_to_river_single\":%.4f%s}\n", c, d, n, mpg, mpg * 4, mht, mip, mhr, mir, mrs, mrb, mrr, cpujson
+	printf "{\"clients\":%d,\"duration_s\":%d,\"rounds\":%d,\"pgbench_tps\":%.3f,\"pgbench_commits_per_sec\":%.3f,\"http_lifecycles_per_sec\":%.3f,\"inproc_lifecycles_per_sec\":%.3f,\"http_ratio\":%.4f,\"inproc_ratio\":%.4f,\"river_single_jobs_per_sec\":%.3f,\"river_batch_jobs_per_sec\":%.3f,\"inproc_to_river_single\":%.4f,\"cycles_per_sec\":%.3f,\"cycles_to_river_single\":%.4f%s}\n", c, d, n, mpg, mpg * 4, mht, mip, mhr, mir, mrs, mrb, mrr, mcy, mcr, cpujson
 }' "$work/rounds"

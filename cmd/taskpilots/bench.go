@@ -43,6 +43,8 @@ type benchOpts struct {
 	maxConns    int
 	wait        int
 	ownQueues   bool
+	groupCommit bool
+	groupLanes  int
 	feed        feedBenchOpts
 	// webhookRounds > 0 compares the write path without and with one
 	// active webhook (bench_webhook.go).
@@ -67,6 +69,8 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	fs.IntVar(&o.maxConns, "max-conns", 0, "database pool size (default: max(20, 2×workers), lowered to what the server's max_connections allows)")
 	fs.IntVar(&o.wait, "wait", 5, "long-poll seconds of each lease")
 	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
+	fs.BoolVar(&o.groupCommit, "group-commit", false, "group concurrent writes into one commit (PostgreSQL; serve's --group-commit)")
+	fs.IntVar(&o.groupLanes, "group-lanes", models.DefaultGroupLanes, "writes or groups in flight at once with --group-commit")
 	feedBenchFlags(fs, &o.feed)
 	fs.IntVar(&o.webhookRounds, "webhook-rounds", 0, "if set, run this many rounds of --duration each without and with one active webhook (receiver on localhost) and compare")
 	fs.BoolVar(&o.asReceiver, "as-webhook-receiver", false, "internal: run as the webhook receiver process of --webhook-rounds")
@@ -261,6 +265,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 			return runBenchPages(ctx, env, args[1:])
 		case "idle":
 			return runBenchIdle(ctx, env, args[1:])
+		case "cycles":
+			return runBenchCycles(ctx, env, args[1:])
 		}
 	}
 	o, err := benchFlags(env, args)
@@ -273,7 +279,8 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	// The bench's own log stays quiet: the store and server would log
 	// every request otherwise.
 	quiet := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: quiet, MaxOpenConns: o.maxConns, WantConns: max(20, 2*o.workers)})
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: quiet, MaxOpenConns: o.maxConns, WantConns: max(20, 2*o.workers),
+		GroupCommit: o.groupCommit, GroupLanes: o.groupLanes})
 	if err != nil {
 		return err
 	}

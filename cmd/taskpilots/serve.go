@@ -31,7 +31,10 @@ type serveOpts struct {
 	readURL    string
 	dbMaxConns int
 	replicas   int
-	demo       bool
+	// groupCommit and groupLanes become OpenOpts.GroupCommit, GroupLanes.
+	groupCommit bool
+	groupLanes  int
+	demo        bool
 	// leaseRecheck becomes the store's LeaseRecheck.
 	leaseRecheck time.Duration
 	// reviewDoubleShare is the flag's value: 0 means no double reviews,
@@ -65,6 +68,11 @@ func serveFlagSet(env *cliEnv, o *serveOpts, d *envDefaults) *flag.FlagSet {
 			"shared by --replicas processes; a size that cannot fit is refused at start (env TASKPILOTS_DB_MAX_CONNS)")
 	fs.IntVar(&o.replicas, "replicas", d.Int("TASKPILOTS_REPLICAS", 1),
 		"how many server processes share the PostgreSQL database, for sizing each one's pool (env TASKPILOTS_REPLICAS)")
+	fs.BoolVar(&o.groupCommit, "group-commit", d.Bool("TASKPILOTS_GROUP_COMMIT", false),
+		"commit concurrent writes together (PostgreSQL): writes that arrive while --group-lanes writes are in flight run as one "+
+			"transaction in which each keeps its own outcome; at low load every write runs alone at once (env TASKPILOTS_GROUP_COMMIT)")
+	fs.IntVar(&o.groupLanes, "group-lanes", d.Int("TASKPILOTS_GROUP_LANES", models.DefaultGroupLanes),
+		"with --group-commit, how many writes or groups run at once before further writes wait for the next group (env TASKPILOTS_GROUP_LANES)")
 	fs.BoolVar(&o.demo, "demo", d.Bool("TASKPILOTS_DEMO", true),
 		"seed demo sessions and demo users into a new embedded SQLite database; never on PostgreSQL (env TASKPILOTS_DEMO)")
 	fs.StringVar(&o.web.Addr, "addr", d.String("TASKPILOTS_ADDR", web.DefaultAddr),
@@ -164,6 +172,9 @@ func serveFlags(env *cliEnv, args []string) (serveOpts, error) {
 	if o.checkpointEvery == 0 {
 		o.web.CheckpointEvery = -1
 	}
+	if o.groupLanes < 1 {
+		v.Add("group-lanes", "must be at least 1")
+	}
 	switch {
 	case o.web.IndexUpkeepEvery < 0:
 		v.Add("index-upkeep-every", "must be 0 (never) or a positive duration")
@@ -202,7 +213,8 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas, ReadURL: o.readURL})
+	s, err := models.Open(ctx, o.databaseURL, models.OpenOpts{Logger: env.log, MaxOpenConns: o.dbMaxConns, Replicas: o.replicas, ReadURL: o.readURL,
+		GroupCommit: o.groupCommit, GroupLanes: o.groupLanes})
 	if err != nil {
 		return err
 	}

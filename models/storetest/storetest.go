@@ -82,6 +82,12 @@ func New(t testing.TB, d models.Dialect) *models.Store {
 	if _, err := s.MigrateUp(context.Background()); err != nil {
 		t.Fatalf("migrate %s: %v", d, err)
 	}
+	if os.Getenv("TASKPILOTS_TEST_GROUP_COMMIT") != "" {
+		// Every test's writes through group commit, with one lane so that
+		// concurrent writes group as much as they can: the suite's
+		// concurrency, idempotency and atomicity tests then run against it.
+		s.SetGroupCommit(1)
+	}
 	return s
 }
 

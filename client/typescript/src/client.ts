@@ -35,6 +35,8 @@ export type Lease = S["Lease"];
 export type LeaseBatch = S["LeaseBatch"];
 export type Heartbeat = S["Heartbeat"];
 export type ResultRequest = S["ResultRequest"];
+export type ResultItem = S["ResultItem"];
+export type ResultEntry = S["ResultEntry"];
 export type Packet = S["Packet"];
 export type EventsPage = S["EventsPage"];
 export type SessionList = S["SessionList"];
@@ -344,6 +346,19 @@ export class Client {
   /** Submit the return contract; a stale `lease_token` (fencing) is a ConflictError. */
   submitResult(delegationId: string, body: ResultRequest, opts?: CallOptions): Promise<SessionWritten> {
     return unwrap("POST", this.api.POST("/delegations/{id}/result", { params: { path: { id: delegationId } }, body, ...this.write(opts) }));
+  }
+
+  /**
+   * Submit up to 100 results in one call. Each is judged and applied as submitResult
+   * would (a fenced or invalid one fails alone and writes nothing); the entries, in
+   * order, carry each one's status and outcome or problem. Each item carries its own
+   * `idempotency_key` (a new one when missing, so that a retried batch replays what
+   * committed).
+   */
+  async submitResults(results: ResultItem[], opts?: CallOptions): Promise<ResultEntry[]> {
+    const body = { results: results.map((r) => ({ ...r, idempotency_key: r.idempotency_key ?? newIdempotencyKey() })) };
+    const got = await unwrap("POST", this.api.POST("/results", { body, ...this.write(opts) }));
+    return got.results;
   }
 
   // ---------------------------------------------------------------- feed

@@ -396,6 +396,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/results": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Report a batch of results
+         * @description Up to 100 results, each judged and applied exactly as POST /delegations/{id}/result would (its contract check, lease fence, version and idempotency key), written together in one transaction: a result that fails (409 fenced or stale, 422 contract, 404) writes nothing for itself and never takes the others down. The answer is 200 with one entry per result, in request order. Each result carries its own idempotency_key, so a retried batch replays the results that committed and applies the rest; an Idempotency-Key header is not used. More than 100 results, or none, is a 422 naming results.
+         *
+         *     Roles: worker (admin may call every operation).
+         */
+        post: operations["submitResults"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sessions/{id}/notes": {
         parameters: {
             query?: never;
@@ -1584,6 +1606,46 @@ export interface components {
             }[];
             /** Format: date-time */
             at: string;
+        };
+        /** @description One result of a batch: the body of POST /delegations/{id}/result (ResultRequest), with the delegation it answers and its idempotency key as fields. */
+        ResultItem: {
+            /** @description The delegation the result answers (the single endpoint's path id). */
+            delegation_id: string;
+            /** @description This result's idempotency key (the single endpoint's Idempotency-Key header): a repeat returns the first outcome. */
+            idempotency_key?: string;
+            lease_token: string;
+            session_id: string;
+            step: string;
+            /** @enum {string} */
+            result_type: "completed" | "needs_input" | "rejected" | "escalated" | "failed";
+            /** @description Any JSON value (at most 64 KiB). */
+            output?: unknown;
+            /** @description At least one item for completed. */
+            evidence?: components["schemas"]["Evidence"][];
+            uncertainty?: components["schemas"]["Uncertainty"] | null;
+            next_step?: string;
+            question?: string;
+            risks?: string[];
+            failure?: components["schemas"]["Failure"] | null;
+            /** @description Tokens the worker's model call used, for the prompt-cache hit rate in the metrics. */
+            usage?: components["schemas"]["Usage"] | null;
+            /** @description Open risks of the session (state.risks, exact text) that this result resolves; they move to state.resolved_risks. Each must be open when the result is applied, else 422 naming resolved_risks[i] and nothing is written (the lease stays usable). */
+            resolved_risks?: string[];
+        };
+        ResultsRequest: {
+            results: (components["schemas"]["ResultItem"] | Record<string, never>)[];
+        };
+        /** @description What the single endpoint would have answered for this result: status, and the outcome (200) or the problem (4xx/5xx). */
+        ResultEntry: {
+            status: number;
+            outcome?: components["schemas"]["SessionWritten"];
+            /** @description True when this is the stored outcome of an earlier result with the same idempotency_key. */
+            replayed?: boolean;
+            problem?: components["schemas"]["Problem"];
+        };
+        ResultsAnswer: {
+            /** @description One entry per result, in request order. */
+            results: components["schemas"]["ResultEntry"][];
         };
     };
     responses: {
@@ -3200,6 +3262,115 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["Unprocessable"];
+        };
+    };
+    submitResults: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description W3C Trace Context traceparent (version-trace_id-parent_id-flags). A valid one is stored with every event the request causes (events' traceparent, not part of the hash chain) and with a delegation it creates, which hands it to the worker in its lease. An invalid one is ignored, as the recommendation says; it is never an error. Accepted on every authenticated request.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["Traceparent"];
+                /**
+                 * @description W3C Trace Context tracestate, kept with traceparent (ignored without a valid traceparent, or when it is not a valid list of at most 32 members and 512 bytes).
+                 * @example congo=t61rcWkgMzE
+                 */
+                tracestate?: components["parameters"]["Tracestate"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "results": [
+                 *         {
+                 *           "delegation_id": "dlg_01M8PY7QH0V6J3N1T6R2X9YB4C",
+                 *           "idempotency_key": "res-7f3a-1",
+                 *           "lease_token": "lt_yHPdNLeruyvU0SfiXo-3RQzE",
+                 *           "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                 *           "step": "check-eligibility",
+                 *           "result_type": "completed",
+                 *           "output": {
+                 *             "eligible": true
+                 *           },
+                 *           "evidence": [
+                 *             {
+                 *               "claim": "order paid 2026-11-20",
+                 *               "source": "orders-db:1182"
+                 *             }
+                 *           ],
+                 *           "uncertainty": {
+                 *             "level": 0.1,
+                 *             "notes": "currency conversion assumed"
+                 *           },
+                 *           "failure": null
+                 *         },
+                 *         {
+                 *           "delegation_id": "dlg_01M8PY7QH4D2W8K5M0QZC7HT1E",
+                 *           "idempotency_key": "res-7f3a-2",
+                 *           "lease_token": "lt_expired0000000000000000",
+                 *           "session_id": "ses_01M8PY7QGP3XK1R9V2M4T8B6DA",
+                 *           "step": "check-eligibility",
+                 *           "result_type": "completed",
+                 *           "output": {
+                 *             "eligible": false
+                 *           },
+                 *           "evidence": [
+                 *             {
+                 *               "claim": "order refunded already"
+                 *             }
+                 *           ]
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["ResultsRequest"];
+            };
+        };
+        responses: {
+            /** @description Each result's answer, in request order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "results": [
+                     *         {
+                     *           "status": 200,
+                     *           "outcome": {
+                     *             "session_id": "ses_01M8PY7QGKW7RCZM9WR38WSWXN",
+                     *             "status": "completed",
+                     *             "state_version": 5
+                     *           }
+                     *         },
+                     *         {
+                     *           "status": 409,
+                     *           "problem": {
+                     *             "type": "https://taskpilots.dev/problems/conflict",
+                     *             "title": "Conflict",
+                     *             "status": 409,
+                     *             "detail": "delegation dlg_01M8PY7QH4D2W8K5M0QZC7HT1E: lease superseded (session ses_01M8PY7QGP3XK1R9V2M4T8B6DA is at version 3)",
+                     *             "errors": [],
+                     *             "current_version": 3
+                     *           }
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ResultsAnswer"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["Unprocessable"];
         };

@@ -64,7 +64,11 @@ __all__ = [
     'QueueFlowRequest',
     'ReasonCode',
     'Resource',
+    'ResultEntry',
+    'ResultItem',
     'ResultRequest',
+    'ResultsAnswer',
+    'ResultsRequest',
     'Route',
     'RouteList',
     'RouteRequest',
@@ -480,6 +484,33 @@ Resource = TypedDict('Resource', {
     'uri': NotRequired[str],
 })
 
+ResultEntry = TypedDict('ResultEntry', {
+    'status': int,
+    'outcome': NotRequired['SessionWritten'],
+    'replayed': NotRequired[bool],
+    'problem': NotRequired['Problem'],
+})
+ResultEntry.__doc__ = 'What the single endpoint would have answered for this result: status, and the outcome (200) or the problem (4xx/5xx).'
+
+ResultItem = TypedDict('ResultItem', {
+    'delegation_id': str,
+    'idempotency_key': NotRequired[str],
+    'lease_token': str,
+    'session_id': str,
+    'step': str,
+    'result_type': Literal['completed', 'needs_input', 'rejected', 'escalated', 'failed'],
+    'output': NotRequired[Any],
+    'evidence': NotRequired[List['Evidence']],
+    'uncertainty': NotRequired[Optional['Uncertainty']],
+    'next_step': NotRequired[str],
+    'question': NotRequired[str],
+    'risks': NotRequired[List[str]],
+    'failure': NotRequired[Optional['Failure']],
+    'usage': NotRequired[Optional['Usage']],
+    'resolved_risks': NotRequired[List[str]],
+})
+ResultItem.__doc__ = 'One result of a batch: the body of POST /delegations/{id}/result (ResultRequest), with the delegation it answers and its idempotency key as fields.'
+
 ResultRequest = TypedDict('ResultRequest', {
     'lease_token': str,
     'session_id': str,
@@ -496,6 +527,14 @@ ResultRequest = TypedDict('ResultRequest', {
     'resolved_risks': NotRequired[List[str]],
 })
 ResultRequest.__doc__ = 'The return contract. failure is required when result_type is failed (and must be null otherwise); needs_input and escalated require next_step or question; session_id and step must match the delegation.'
+
+ResultsAnswer = TypedDict('ResultsAnswer', {
+    'results': List['ResultEntry'],
+})
+
+ResultsRequest = TypedDict('ResultsRequest', {
+    'results': List[Any],
+})
 
 Route = TypedDict('Route', {
     'step': str,
