@@ -265,10 +265,24 @@ class LiveTest(unittest.TestCase):
         leases = self.wrk.lease_batch(self.queue, worker="py-batch", max=5)
         self.assertEqual(sorted(x["session_id"] for x in leases), sorted(s["session_id"] for s in sessions))
         self.assertEqual(len({x["lease_token"] for x in leases}), 3)  # each lease is one of its own
-        for lease in leases:
-            self.wrk.submit_result(lease["delegation_id"], {
-                "lease_token": lease["lease_token"], "session_id": lease["session_id"], "step": "triage",
-                "result_type": "completed", "output": {"ok": True}, "evidence": [{"claim": "triaged"}]})
+        # The results in one batch, one of them fenced (a token it never held):
+        # that one gets its own 409, the others commit.
+        items: List[Any] = [{
+            "delegation_id": x["delegation_id"], "idempotency_key": uuid.uuid4().hex, "lease_token": x["lease_token"],
+            "session_id": x["session_id"], "step": "triage", "result_type": "completed", "output": {"ok": True},
+            "evidence": [{"claim": "triaged"}]} for x in leases]
+        items[1] = dict(items[1], lease_token="lt_not_mine", idempotency_key=uuid.uuid4().hex)
+        answer = self.wrk.submit_results(items)
+        self.assertEqual([e["status"] for e in answer], [200, 409, 200])
+        self.assertIn("lease", answer[1]["problem"]["detail"])
+        self.assertEqual(self.ctl.get_session(leases[0]["session_id"])["status"], "completed")
+        self.assertEqual(self.ctl.get_session(leases[1]["session_id"])["status"], "running")
+        again = self.wrk.submit_results([items[0], dict(items[1], lease_token=leases[1]["lease_token"])])
+        self.assertEqual([e["status"] for e in again], [200, 200])
+        self.assertTrue(again[0].get("replayed"))  # same key: the first outcome, nothing written
+        with self.assertRaises(taskpilots.ValidationError) as cm:
+            self.wrk.submit_results([])
+        self.assertIn("results", cm.exception.fields)
         self.assertEqual(self.wrk.lease_batch(self.queue, worker="py-batch", max=5), [])
         with self.assertRaises(taskpilots.ValidationError) as cm:
             self.wrk.lease_batch(self.queue, worker="py-batch", max=0)

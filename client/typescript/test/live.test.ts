@@ -138,6 +138,24 @@ test("a late result with an expired lease's token is fenced off", { skip }, asyn
   await wrk.submitResult(second.delegation_id, { ...body, lease_token: second.lease_token });
 });
 
+test("batch lease and batched results: a fenced item gets its own 409, the rest commit", { skip }, async () => {
+  const queue = uniq("ts");
+  const sessions = [await newSession(), await newSession(), await newSession()];
+  for (const s of sessions) await ctl.delegate(s.session_id, { queue, step: "triage", expected_version: s.state_version });
+  const leases = await wrk.leaseBatch(queue, { worker: "ts-batch", max: 5 });
+  assert.deepEqual(leases.map((l) => l.session_id).sort(), sessions.map((s) => s.session_id).sort());
+  const items = leases.map((l) => ({
+    delegation_id: l.delegation_id, lease_token: l.lease_token, session_id: l.session_id, step: "triage",
+    result_type: "completed" as const, output: { ok: true }, evidence: [{ claim: "triaged" }],
+  }));
+  const answer = await wrk.submitResults([items[0], { ...items[1], lease_token: "lt_not_mine" }, items[2]]);
+  assert.deepEqual(answer.map((e) => e.status), [200, 409, 200]);
+  assert.equal((await ctl.getSession(leases[0].session_id)).status, "completed");
+  assert.equal((await ctl.getSession(leases[1].session_id)).status, "running");
+  const again = await wrk.submitResults([items[1]]);
+  assert.deepEqual(again.map((e) => e.status), [200]);
+});
+
 test("scheduling, snooze, notes, packet formats, routes, metrics", { skip }, async () => {
   const queue = uniq("ts");
   const s = await newSession("Scheduled refund check");

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, 
 
 import httpx
 
-from ._base import JSON, Prompt, Settings, USER_AGENT, csv, default_ssl_context, drop_none, seg
+from ._base import JSON, Prompt, Settings, USER_AGENT, csv, default_ssl_context, drop_none, new_idempotency_key, seg
 from .errors import TaskPilotsError, TransportError
 from .models import (
     BulkResult,
@@ -38,6 +38,9 @@ from .models import (
     Lease,
     LeaseBatch,
     Packet,
+    ResultEntry,
+    ResultItem,
+    ResultsAnswer,
     ProductMetrics,
     QueueFlow,
     QueueFlowList,
@@ -360,6 +363,21 @@ class AsyncClient:
         """
         return await self.request("POST", f"/delegations/{seg(delegation_id)}/result", body=dict(result), idempotent=True,
                                   idempotency_key=idempotency_key)
+
+    async def submit_results(self, results: Sequence[ResultItem]) -> List[ResultEntry]:
+        """Submit up to 100 results in one call and one transaction (worker).
+
+        Each item is the body of :meth:`submit_result` plus ``delegation_id``
+        and an ``idempotency_key`` (a new one when missing, kept across this
+        call's retries). The answer has one entry per item, in order:
+        ``status`` and ``outcome`` (200, with ``replayed`` on a repeated key)
+        or ``problem`` (4xx): a fenced, stale or invalid item writes nothing
+        for itself and takes no other down. An empty or oversized batch is a
+        ValidationError.
+        """
+        items = [dict(r, idempotency_key=r.get("idempotency_key") or new_idempotency_key()) for r in results]
+        out: ResultsAnswer = await self.request("POST", "/results", body={"results": items}, idempotent=True)
+        return list(out["results"])
 
     # ------------------------------------------------------------------ feed
 

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import httpx
 
-from ._base import JSON, Prompt, Settings, USER_AGENT, csv, default_ssl_context, drop_none, seg
+from ._base import JSON, Prompt, Settings, USER_AGENT, csv, default_ssl_context, drop_none, new_idempotency_key, seg
 from .errors import TaskPilotsError, TransportError
 from .models import (
     BulkResult,
@@ -28,6 +28,9 @@ from .models import (
     Lease,
     LeaseBatch,
     Packet,
+    ResultEntry,
+    ResultItem,
+    ResultsAnswer,
     ProductMetrics,
     QueueFlow,
     QueueFlowList,
@@ -350,6 +353,21 @@ class Client:
         """
         return self.request("POST", f"/delegations/{seg(delegation_id)}/result", body=dict(result), idempotent=True,
                             idempotency_key=idempotency_key)
+
+    def submit_results(self, results: Sequence[ResultItem]) -> List[ResultEntry]:
+        """Submit up to 100 results in one call and one transaction (worker).
+
+        Each item is the body of :meth:`submit_result` plus ``delegation_id``
+        and an ``idempotency_key`` (a new one when missing, kept across this
+        call's retries). The answer has one entry per item, in order:
+        ``status`` and ``outcome`` (200, with ``replayed`` on a repeated key)
+        or ``problem`` (4xx): a fenced, stale or invalid item writes nothing
+        for itself and takes no other down. An empty or oversized batch is a
+        ValidationError.
+        """
+        items = [dict(r, idempotency_key=r.get("idempotency_key") or new_idempotency_key()) for r in results]
+        out: ResultsAnswer = self.request("POST", "/results", body={"results": items}, idempotent=True)
+        return list(out["results"])
 
     # ------------------------------------------------------------------ feed
 
