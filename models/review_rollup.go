@@ -2,9 +2,11 @@ package models
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -27,8 +29,10 @@ import (
 //   - review_score_days: per day of scored_at and queue, the number of
 //     scores and the sum of each criterion (Overall, ByQueue, ByWeek).
 //   - review_pair_days: the agreement of double-scored items, per (day of
-//     the first score, day of the second): for each criterion, how many
-//     pairs scored (a, b). Cohen's kappa needs only that contingency table.
+//     the first score, day of the second) and criterion: how many pairs
+//     scored (a, b), in columns p11 … p55. Cohen's kappa needs only that
+//     contingency table; a row holds all of it, so that a year's window
+//     reads rows by the day, not by the score pair.
 //   - review_item_days: what each item adds to the clarity timing and to
 //     the count of double-scored items, per (day1, day2, part, clarity).
 //
@@ -69,6 +73,38 @@ type reviewPairDay struct {
 	A, B       int
 	N          int64
 }
+
+// reviewPairCols are the count columns of review_pair_days: p<a><b> counts
+// the pairs scored a by the first reviewer and b by the second.
+var reviewPairCols = func() []string {
+	var cols []string
+	for a := MinScore; a <= MaxScore; a++ {
+		for b := MinScore; b <= MaxScore; b++ {
+			cols = append(cols, fmt.Sprintf("p%d%d", a, b))
+		}
+	}
+	return cols
+}()
+
+var (
+	reviewPairDaysInsert     = `INSERT INTO review_pair_days (day1, day2, criterion, ` + strings.Join(reviewPairCols, ", ") + `) VALUES `
+	reviewPairDaysRow        = "(?, ?, ?" + strings.Repeat(", ?", len(reviewPairCols)) + ")"
+	reviewPairDaysOnConflict = func() string {
+		sets := make([]string, len(reviewPairCols))
+		for i, c := range reviewPairCols {
+			sets[i] = fmt.Sprintf("%s = review_pair_days.%s + excluded.%s", c, c, c)
+		}
+		return ` ON CONFLICT (day1, day2, criterion) DO UPDATE SET ` + strings.Join(sets, ", ")
+	}()
+	reviewPairDaysSQL = func() string {
+		sums := make([]string, len(reviewPairCols))
+		for i, c := range reviewPairCols {
+			sums[i] = fmt.Sprintf("CAST(SUM(%s) AS bigint)", c)
+		}
+		return `SELECT criterion, ` + strings.Join(sums, ", ") + ` FROM review_pair_days
+WHERE day1 >= ? AND day1 < ? AND day2 < ? GROUP BY criterion`
+	}()
+)
 
 type reviewItemDay struct {
 	Day1, Day2 UTCTime
@@ -204,8 +240,6 @@ ON CONFLICT (day, queue) DO UPDATE SET scores = review_score_days.scores + exclu
 	evidence_sufficient = review_score_days.evidence_sufficient + excluded.evidence_sufficient,
 	risks_explicit = review_score_days.risks_explicit + excluded.risks_explicit,
 	next_step_actionable = review_score_days.next_step_actionable + excluded.next_step_actionable`
-	reviewPairDaysUpsert = `INSERT INTO review_pair_days (day1, day2, criterion, a, b, n) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (day1, day2, criterion, a, b) DO UPDATE SET n = review_pair_days.n + excluded.n`
 	reviewItemDaysUpsert = `INSERT INTO review_item_days (day1, day2, part, clarity, items, doubled, claimed, sum_us, sum_x10, sum_x10sq, sum_secs2, sum_x10secs)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (day1, day2, part, clarity) DO UPDATE SET items = review_item_days.items + excluded.items,
@@ -227,16 +261,24 @@ func reviewRollupStmts(queue string, claimedAt NullTime, decidedAt UTCTime, scor
 	}
 	if len(pairs) > 0 {
 		// One statement for the five criteria: their keys differ.
-		q := `INSERT INTO review_pair_days (day1, day2, criterion, a, b, n) VALUES `
+		q := reviewPairDaysInsert
 		var args []any
 		for i, p := range pairs {
 			if i > 0 {
 				q += ", "
 			}
-			q += "(?, ?, ?, ?, ?, ?)"
-			args = append(args, p.Day1, p.Day2, p.Criterion, p.A, p.B, p.N)
+			q += reviewPairDaysRow
+			args = append(args, p.Day1, p.Day2, p.Criterion)
+			cell := (p.A-MinScore)*(MaxScore-MinScore+1) + (p.B - MinScore)
+			for j := range reviewPairCols {
+				if j == cell {
+					args = append(args, p.N)
+				} else {
+					args = append(args, 0)
+				}
+			}
 		}
-		q += ` ON CONFLICT (day1, day2, criterion, a, b) DO UPDATE SET n = review_pair_days.n + excluded.n`
+		q += reviewPairDaysOnConflict
 		out = append(out, sqlStmt{q, args})
 	}
 	sort.Slice(items, func(i, j int) bool {
@@ -413,8 +455,6 @@ const (
 	reviewScoreDaysSQL = `SELECT day, queue, CAST(SUM(scores) AS bigint), CAST(SUM(goal_clear) AS bigint), CAST(SUM(state_current) AS bigint),
 	CAST(SUM(evidence_sufficient) AS bigint), CAST(SUM(risks_explicit) AS bigint), CAST(SUM(next_step_actionable) AS bigint)
 FROM review_score_days WHERE day >= ? AND day < ? GROUP BY day, queue`
-	reviewPairDaysSQL = `SELECT criterion, a, b, CAST(SUM(n) AS bigint) FROM review_pair_days
-WHERE day1 >= ? AND day1 < ? AND day2 < ? GROUP BY criterion, a, b`
 	// One range of day1 for the three parts: "second" rows are keyed by
 	// their own day too (see reviewRollupRows).
 	reviewItemDaysSQL = `SELECT clarity, CAST(SUM(doubled) AS bigint), CAST(SUM(claimed) AS bigint), CAST(SUM(sum_us) AS bigint),
@@ -441,20 +481,54 @@ ORDER BY r.session_id, r.at_version, r.scored_at, r.event_id`
 // sees would tell a lone score the blind rule hides (MayReadReview).
 // It reads the rollup for the window's whole UTC days and review_scores only
 // for the items with a score in the partial days at its ends, so its cost
-// grows with the window's days, not with the scores in it.
+// grows with the window's days and the scores of two days at most, not with
+// all the scores in it. Its reads share one snapshot.
 func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewStats, error) {
 	if !o.To.After(o.From) {
 		return ReviewStats{}, &ValidationError{Fields: []FieldError{{Field: "window", Message: "must end after it starts"}}}
 	}
-	from, to := NewUTCTime(o.From), NewUTCTime(o.To)
-	acc := newReviewStatsAcc()
-	db := s.DB.WithContext(ctx)
+	var opts *sql.TxOptions
+	if s.Dialect == Postgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	var st ReviewStats
+	err := s.DB.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		var err error
+		st, err = s.reviewStats(db, NewUTCTime(o.From), NewUTCTime(o.To))
+		return err
+	}, opts)
+	if err != nil {
+		return ReviewStats{}, fmt.Errorf("%w", err)
+	}
+	return st, nil
+}
 
+// reviewStats computes ReviewStatsFor's statistics in db's snapshot.
+func (s *Store) reviewStats(db *gorm.DB, from, to UTCTime) (ReviewStats, error) {
+	acc := newReviewStatsAcc()
+	// The whole days [lo, hi). A partial day at an end counts as whole when
+	// the window holds all its scores: a window that ends now has no
+	// scores after its end, so the day it ends in is read from the rollup.
 	lo := reviewDayOf(from.Time)
 	if lo.Before(from.Time) {
-		lo = lo.Add(reviewDay)
+		some, err := reviewScoresIn(db, lo, from.Time)
+		if err != nil {
+			return ReviewStats{}, err
+		}
+		if some {
+			lo = lo.Add(reviewDay)
+		}
 	}
 	hi := reviewDayOf(to.Time)
+	if hi.Before(to.Time) {
+		some, err := reviewScoresIn(db, to.Time, hi.Add(reviewDay))
+		if err != nil {
+			return ReviewStats{}, err
+		}
+		if !some {
+			hi = hi.Add(reviewDay)
+		}
+	}
 	// Raw ranges: the items with a score there are read from review_scores,
 	// and so are the window's scores in [from, lo) and [hi, to).
 	var raw [2][2]time.Time // empty ranges by default
@@ -468,8 +542,7 @@ func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewSt
 			hiOut = hi.Add(reviewDay)
 			raw[1] = [2]time.Time{hi, hiOut}
 		}
-		L, H := NewUTCTime(lo), NewUTCTime(hi)
-		if err := s.readReviewRollup(ctx, acc, L, H, NewUTCTime(loOut), NewUTCTime(hiOut)); err != nil {
+		if err := readReviewRollup(db, acc, NewUTCTime(lo), NewUTCTime(hi), NewUTCTime(loOut), NewUTCTime(hiOut)); err != nil {
 			return ReviewStats{}, err
 		}
 	} else {
@@ -479,7 +552,7 @@ func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewSt
 	}
 	rows, err := db.Raw(reviewEdgeItemsSQL, NewUTCTime(raw[0][0]), NewUTCTime(raw[0][1]), NewUTCTime(raw[1][0]), NewUTCTime(raw[1][1])).Rows()
 	if err != nil {
-		return ReviewStats{}, fmt.Errorf("review stats: edge items: %w", err)
+		return ReviewStats{}, fmt.Errorf("edge items: %w", err)
 	}
 	defer rows.Close()
 	var item []scoreRow
@@ -509,7 +582,7 @@ func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewSt
 		if err := rows.Scan(&r.EventID, &r.SessionID, &r.AtVersion, &r.Reviewer,
 			&r.GoalClear, &r.StateCurrent, &r.EvidenceSufficient, &r.RisksExplicit, &r.NextStepActionable, &r.ScoredAt,
 			&r.Queue, &r.ClaimedAt, &r.DecidedAt); err != nil {
-			return ReviewStats{}, fmt.Errorf("review stats: edge items: scan: %w", err)
+			return ReviewStats{}, fmt.Errorf("edge items: scan: %w", err)
 		}
 		if len(item) > 0 && (item[0].SessionID != r.SessionID || item[0].AtVersion != r.AtVersion) {
 			flush()
@@ -517,66 +590,86 @@ func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewSt
 		item = append(item, r)
 	}
 	if err := rows.Err(); err != nil {
-		return ReviewStats{}, fmt.Errorf("review stats: edge items: %w", err)
+		return ReviewStats{}, fmt.Errorf("edge items: %w", err)
 	}
 	flush()
 	return acc.stats(from.Time, to.Time), nil
 }
 
+const reviewScoresInSQL = `SELECT count(*) FROM (SELECT 1 FROM review_scores WHERE scored_at >= ? AND scored_at < ? LIMIT 1) x`
+
+// reviewScoresIn reports whether any score was given in [a, b).
+func reviewScoresIn(db *gorm.DB, a, b time.Time) (bool, error) {
+	var n int64
+	if err := db.Raw(reviewScoresInSQL, NewUTCTime(a), NewUTCTime(b)).Scan(&n).Error; err != nil {
+		return false, fmt.Errorf("scores in [%s, %s): %w", NewUTCTime(a), NewUTCTime(b), err)
+	}
+	return n > 0, nil
+}
+
 // readReviewRollup adds the rollup of the whole days [L, H). loOut and
 // hiOut are the first day before and after the window that no partial end
 // day covers: a lone part counts when its other score is beyond them.
-func (s *Store) readReviewRollup(ctx context.Context, acc *reviewStatsAcc, L, H, loOut, hiOut UTCTime) error {
-	db := s.DB.WithContext(ctx)
+func readReviewRollup(db *gorm.DB, acc *reviewStatsAcc, L, H, loOut, hiOut UTCTime) error {
 	rows, err := db.Raw(reviewScoreDaysSQL, L, H).Rows()
 	if err != nil {
-		return fmt.Errorf("review stats: score days: %w", err)
+		return fmt.Errorf("score days: %w", err)
 	}
 	for rows.Next() {
 		var d reviewScoreDay
 		if err := rows.Scan(&d.Day, &d.Queue, &d.Scores, &d.Sums[0], &d.Sums[1], &d.Sums[2], &d.Sums[3], &d.Sums[4]); err != nil {
 			rows.Close()
-			return fmt.Errorf("review stats: score days: scan: %w", err)
+			return fmt.Errorf("score days: scan: %w", err)
 		}
 		acc.addScores(d.Day.Time, d.Queue, d.Scores, d.Sums)
 	}
 	if err := closeRows(rows); err != nil {
-		return fmt.Errorf("review stats: score days: %w", err)
+		return fmt.Errorf("score days: %w", err)
 	}
 
 	rows, err = db.Raw(reviewPairDaysSQL, L, H, H).Rows()
 	if err != nil {
-		return fmt.Errorf("review stats: pair days: %w", err)
+		return fmt.Errorf("pair days: %w", err)
 	}
 	for rows.Next() {
-		var c, a, b int
-		var n int64
-		if err := rows.Scan(&c, &a, &b, &n); err != nil {
-			rows.Close()
-			return fmt.Errorf("review stats: pair days: scan: %w", err)
+		var c int
+		var t [MaxScore - MinScore + 1][MaxScore - MinScore + 1]int64
+		dest := []any{&c}
+		for a := range t {
+			for b := range t[a] {
+				dest = append(dest, &t[a][b])
+			}
 		}
-		if c >= 0 && c < len(acc.pairs) && a >= MinScore && a <= MaxScore && b >= MinScore && b <= MaxScore {
-			acc.pairs[c][a-MinScore][b-MinScore] += n
+		if err := rows.Scan(dest...); err != nil {
+			rows.Close()
+			return fmt.Errorf("pair days: scan: %w", err)
+		}
+		if c >= 0 && c < len(acc.pairs) {
+			for a := range t {
+				for b := range t[a] {
+					acc.pairs[c][a][b] += t[a][b]
+				}
+			}
 		}
 	}
 	if err := closeRows(rows); err != nil {
-		return fmt.Errorf("review stats: pair days: %w", err)
+		return fmt.Errorf("pair days: %w", err)
 	}
 
 	rows, err = db.Raw(reviewItemDaysSQL, L, H, H, hiOut, loOut).Rows()
 	if err != nil {
-		return fmt.Errorf("review stats: item days: %w", err)
+		return fmt.Errorf("item days: %w", err)
 	}
 	for rows.Next() {
 		var r reviewItemDay
 		if err := rows.Scan(&r.Clarity, &r.Doubled, &r.Claimed, &r.SumUS, &r.SumX10, &r.SumX10Sq, &r.SumSecs2, &r.SumX10Secs); err != nil {
 			rows.Close()
-			return fmt.Errorf("review stats: item days: scan: %w", err)
+			return fmt.Errorf("item days: scan: %w", err)
 		}
 		acc.addItemDay(r)
 	}
 	if err := closeRows(rows); err != nil {
-		return fmt.Errorf("review stats: item days: %w", err)
+		return fmt.Errorf("item days: %w", err)
 	}
 	return nil
 }

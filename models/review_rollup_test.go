@@ -112,6 +112,11 @@ func TestReviewStatsRollupMatchesScores(t *testing.T) {
 			{t0.Add(2*day + 23*time.Hour), t0.Add(4*day + time.Hour)},
 			{t0.Add(2*day + 23*time.Hour), t0.Add(3*day + time.Hour)},
 		}
+		// Ends in a day whose other scores are all inside (as a window that
+		// ends now): that day is read from the rollup.
+		last := plan[len(plan)-1].at
+		windows = append(windows, [2]time.Time{t0.Add(-5 * time.Hour), last.Add(time.Second)},
+			[2]time.Time{plan[0].at, last.Add(time.Microsecond)}, [2]time.Time{last.Add(-90 * day), last.Add(time.Second)})
 		for i := 0; i < 6; i++ {
 			p := plan[rng.IntN(len(plan))].at
 			q := plan[rng.IntN(len(plan))].at

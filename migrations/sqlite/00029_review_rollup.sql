@@ -19,17 +19,40 @@ CREATE TABLE review_score_days (
     next_step_actionable integer NOT NULL,
     PRIMARY KEY (day, queue)
 );
--- review_pair_days: reviewer agreement, per day of an item's first score
--- and of its second: how many pairs scored (a, b) on each criterion (0..4
--- in rubric order), the contingency table Cohen's kappa needs.
+-- review_pair_days: reviewer agreement, per day of an item's first score,
+-- day of its second and criterion (0..4 in rubric order): p<a><b> is how
+-- many pairs the first reviewer scored a and the second b, the contingency
+-- table Cohen's kappa needs.
 CREATE TABLE review_pair_days (
     day1      text NOT NULL,
     day2      text NOT NULL,
     criterion integer NOT NULL,
-    a         integer NOT NULL,
-    b         integer NOT NULL,
-    n         integer NOT NULL,
-    PRIMARY KEY (day1, day2, criterion, a, b)
+    p11 integer NOT NULL,
+    p12 integer NOT NULL,
+    p13 integer NOT NULL,
+    p14 integer NOT NULL,
+    p15 integer NOT NULL,
+    p21 integer NOT NULL,
+    p22 integer NOT NULL,
+    p23 integer NOT NULL,
+    p24 integer NOT NULL,
+    p25 integer NOT NULL,
+    p31 integer NOT NULL,
+    p32 integer NOT NULL,
+    p33 integer NOT NULL,
+    p34 integer NOT NULL,
+    p35 integer NOT NULL,
+    p41 integer NOT NULL,
+    p42 integer NOT NULL,
+    p43 integer NOT NULL,
+    p44 integer NOT NULL,
+    p45 integer NOT NULL,
+    p51 integer NOT NULL,
+    p52 integer NOT NULL,
+    p53 integer NOT NULL,
+    p54 integer NOT NULL,
+    p55 integer NOT NULL,
+    PRIMARY KEY (day1, day2, criterion)
 );
 -- review_item_days: what items add to the clarity timing (claimed items:
 -- the mean score rounded, the sums Pearson needs over the mean × 10 and the
@@ -69,13 +92,41 @@ INSERT INTO review_score_days (day, queue, scores, goal_clear, state_current, ev
 SELECT day, queue, count(*), sum(c0), sum(c1), sum(c2), sum(c3), sum(c4)
 FROM review_backfill GROUP BY day, queue;
 
-INSERT INTO review_pair_days (day1, day2, criterion, a, b, n)
-SELECT f.day, s.day, c.criterion, CASE c.criterion WHEN 0 THEN f.c0 WHEN 1 THEN f.c1 WHEN 2 THEN f.c2 WHEN 3 THEN f.c3 ELSE f.c4 END, CASE c.criterion WHEN 0 THEN s.c0 WHEN 1 THEN s.c1 WHEN 2 THEN s.c2 WHEN 3 THEN s.c3 ELSE s.c4 END, count(*)
-FROM review_backfill f
-JOIN review_backfill s ON s.session_id = f.session_id AND s.at_version = f.at_version AND s.rn = 2
-CROSS JOIN (SELECT 0 AS criterion UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4) c
-WHERE f.rn = 1
-GROUP BY 1, 2, 3, 4, 5;
+INSERT INTO review_pair_days (day1, day2, criterion, p11, p12, p13, p14, p15, p21, p22, p23, p24, p25, p31, p32, p33, p34, p35, p41, p42, p43, p44, p45, p51, p52, p53, p54, p55)
+SELECT day1, day2, criterion,
+    sum(CASE WHEN a = 1 AND b = 1 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 1 AND b = 2 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 1 AND b = 3 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 1 AND b = 4 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 1 AND b = 5 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 2 AND b = 1 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 2 AND b = 2 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 2 AND b = 3 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 2 AND b = 4 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 2 AND b = 5 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 3 AND b = 1 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 3 AND b = 2 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 3 AND b = 3 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 3 AND b = 4 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 3 AND b = 5 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 4 AND b = 1 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 4 AND b = 2 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 4 AND b = 3 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 4 AND b = 4 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 4 AND b = 5 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 5 AND b = 1 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 5 AND b = 2 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 5 AND b = 3 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 5 AND b = 4 THEN 1 ELSE 0 END),
+    sum(CASE WHEN a = 5 AND b = 5 THEN 1 ELSE 0 END)
+FROM (
+    SELECT f.day AS day1, s.day AS day2, c.criterion, CASE c.criterion WHEN 0 THEN f.c0 WHEN 1 THEN f.c1 WHEN 2 THEN f.c2 WHEN 3 THEN f.c3 ELSE f.c4 END AS a, CASE c.criterion WHEN 0 THEN s.c0 WHEN 1 THEN s.c1 WHEN 2 THEN s.c2 WHEN 3 THEN s.c3 ELSE s.c4 END AS b
+    FROM review_backfill f
+    JOIN review_backfill s ON s.session_id = f.session_id AND s.at_version = f.at_version AND s.rn = 2
+    CROSS JOIN (SELECT 0 AS criterion UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4) c
+    WHERE f.rn = 1
+) p
+GROUP BY day1, day2, criterion;
 
 -- x10 is the mean score × 10 (2 × the total of one score of five values,
 -- the total of two); its clarity bucket is the mean rounded half up.
