@@ -50,3 +50,10 @@ var MetricFoldQueries = map[string]string{"sessions": foldSessionsSQL, "events":
 // SetFoldChunkSize sets how many sessions one statement of the metrics
 // fold reads (0: the default).
 func (s *Store) SetFoldChunkSize(n int) { s.foldChunkOverride = n }
+
+// ReviewRollupQueries are the SQL statements a review statistics request
+// runs, by name, with the number of their parameters.
+var ReviewRollupQueries = map[string]string{
+	"probe": reviewScoresInSQL, "score days": reviewScoreDaysSQL, "pair days": reviewPairDaysSQL,
+	"item days": reviewItemDaysSQL, "edge items": reviewEdgeItemsSQL,
+}
