@@ -285,7 +285,10 @@ func reviewRollupStmts(queue string, claimedAt NullTime, decidedAt UTCTime, scor
 		if !items[i].Day1.Equal(items[j].Day1.Time) {
 			return items[i].Day1.Before(items[j].Day1.Time)
 		}
-		return items[i].Day2.Before(items[j].Day2.Time)
+		if !items[i].Day2.Equal(items[j].Day2.Time) {
+			return items[i].Day2.Before(items[j].Day2.Time)
+		}
+		return items[i].Part < items[j].Part
 	})
 	for _, r := range items {
 		out = append(out, sqlStmt{reviewItemDaysUpsert, []any{r.Day1, r.Day2, r.Part, r.Clarity, r.Items, r.Doubled, r.Claimed,
