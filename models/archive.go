@@ -212,6 +212,10 @@ func (s *Store) archiveOne(ctx context.Context, operator User, row Session, o Ar
 		if err := tx.Create(&rec).Error; err != nil {
 			return fmt.Errorf("record: %w", err)
 		}
+		// The session's scores leave the statistics with it.
+		if err := unrollReviewScores(tx, row.ID); err != nil {
+			return err
+		}
 		for _, del := range []string{
 			`DELETE FROM webhook_deliveries WHERE session_id = ?`,
 			`DELETE FROM review_claims WHERE session_id = ?`,

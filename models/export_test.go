@@ -60,3 +60,10 @@ func (s *Store) QueuedWrites() int {
 	defer s.groups.mu.Unlock()
 	return len(s.groups.queue)
 }
+
+// ReviewRollupQueries are the SQL statements a review statistics request
+// runs, by name, with the number of their parameters.
+var ReviewRollupQueries = map[string]string{
+	"probe": reviewScoresInSQL, "score days": reviewScoreDaysSQL, "pair days": reviewPairDaysSQL,
+	"item days": reviewItemDaysSQL, "edge items": reviewEdgeItemsSQL,
+}

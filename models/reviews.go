@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -629,27 +628,32 @@ func (s *Store) lockReviewItem(tx *Tx, k ReviewKey) (ReviewItem, error) {
 // reviewSlot checks, with the item locked, that u may score it now: not
 // decided by u, not scored by u, short of scores, and held by u or with a
 // free slot. It reports whether u holds a live claim.
-func (s *Store) reviewSlot(tx *Tx, item ReviewItem, u User, now UTCTime) (bool, error) {
+func (s *Store) reviewSlot(tx *Tx, item ReviewItem, u User, now UTCTime) (bool, []ReviewScore, error) {
 	actor := u.Actor()
 	k := item.Key()
 	if item.DecidedBy == actor {
-		return false, fmt.Errorf("review of %s@%d: %w", k.SessionID, k.AtVersion, ErrOwnDecision)
+		return false, nil, fmt.Errorf("review of %s@%d: %w", k.SessionID, k.AtVersion, ErrOwnDecision)
 	}
-	scored, err := selectTx[int64](tx, `SELECT count(*) FROM review_scores WHERE session_id = ? AND at_version = ? AND reviewer = ?`,
-		k.SessionID, k.AtVersion, actor)
+	// All the item's scores (at most Needed, so one or two), not a count of
+	// u's: the score that completes the item adds them to the statistics
+	// rollup in the same round trip's worth of work.
+	scores, err := selectTx[ReviewScore](tx, `SELECT * FROM review_scores WHERE session_id = ? AND at_version = ?`,
+		k.SessionID, k.AtVersion)
 	if err != nil {
-		return false, fmt.Errorf("review item %s@%d: %w", k.SessionID, k.AtVersion, err)
+		return false, nil, fmt.Errorf("review item %s@%d: %w", k.SessionID, k.AtVersion, err)
 	}
-	if scored[0] > 0 {
-		return false, &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
+	for _, sc := range scores {
+		if sc.Reviewer == actor {
+			return false, nil, &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
+		}
 	}
 	if item.Scored >= item.Needed {
-		return false, &ReviewTakenError{Key: k, Reason: ReviewFullyScored}
+		return false, nil, &ReviewTakenError{Key: k, Reason: ReviewFullyScored}
 	}
 	claims, err := selectTx[reviewClaim](tx, `SELECT * FROM review_claims WHERE session_id = ? AND at_version = ? AND expires_at > ?`,
 		k.SessionID, k.AtVersion, now)
 	if err != nil {
-		return false, fmt.Errorf("review item %s@%d: claims: %w", k.SessionID, k.AtVersion, err)
+		return false, nil, fmt.Errorf("review item %s@%d: claims: %w", k.SessionID, k.AtVersion, err)
 	}
 	mine, others := false, 0
 	for _, c := range claims {
@@ -660,9 +664,9 @@ func (s *Store) reviewSlot(tx *Tx, item ReviewItem, u User, now UTCTime) (bool, 
 		}
 	}
 	if !mine && item.Scored+others >= item.Needed {
-		return false, &ReviewTakenError{Key: k, Reason: ReviewHeldByOthers}
+		return false, nil, &ReviewTakenError{Key: k, Reason: ReviewHeldByOthers}
 	}
-	return mine, nil
+	return mine, scores, nil
 }
 
 // ClaimReview gives u the item for ClaimTTL, so that nobody else scores it by
@@ -680,7 +684,7 @@ func (s *Store) ClaimReview(ctx context.Context, k ReviewKey, u User, p ReviewPo
 		if err != nil {
 			return err
 		}
-		if _, err := s.reviewSlot(tx, item, u, now); err != nil {
+		if _, _, err := s.reviewSlot(tx, item, u, now); err != nil {
 			return err
 		}
 		tx.Later(failWith("claim review: drop lapsed claims"),
@@ -807,15 +811,20 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 		return Outcome{}, err
 	}
 	k := in.Key
+	var (
+		item   ReviewItem    // locked by Prepare
+		before []ReviewScore // the item's scores before this one
+	)
 	return s.Execute(ctx, Command{
 		SessionID: k.SessionID, Type: EventReviewScored, Actor: actor, Payload: payload,
 		IdempotencyKey: idemKey, Fingerprint: fp,
 		Prepare: func(tx *Tx, cur State) (any, error) {
-			item, err := s.lockReviewItem(tx, k)
+			var err error
+			item, err = s.lockReviewItem(tx, k)
 			if err != nil {
 				return nil, err
 			}
-			_, err = s.reviewSlot(tx, item, u, NewUTCTime(s.now()))
+			_, before, err = s.reviewSlot(tx, item, u, NewUTCTime(s.now()))
 			return nil, err
 		},
 		Effect: func(tx *Tx, next State, ev Event) (any, error) {
@@ -838,6 +847,13 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 				`UPDATE review_items SET scored = scored + 1 WHERE session_id = ? AND at_version = ?`, k.SessionID, k.AtVersion)
 			tx.Later(failWith("score review: end claim"),
 				`DELETE FROM review_claims WHERE session_id = ? AND at_version = ? AND reviewer = ?`, k.SessionID, k.AtVersion, actor)
+			if len(before)+1 == item.Needed {
+				// This score completes the item: it enters the statistics
+				// with all its scores (see review_rollup.go).
+				for _, st := range reviewRollupStmts(item.Queue, item.ClaimedAt, item.DecidedAt, append(before, row), 1) {
+					tx.Later(failWith("score review: statistics rollup"), st.sql, st.args...)
+				}
+			}
 			return nil, nil
 		},
 	})
@@ -879,6 +895,13 @@ func (a *meansAcc) add(v [5]int) {
 	a.n++
 	for i, x := range v {
 		a.sums[i] += int64(x)
+	}
+}
+
+func (a *meansAcc) addN(n int64, sums [5]int64) {
+	a.n += n
+	for i, x := range sums {
+		a.sums[i] += x
 	}
 }
 
@@ -961,139 +984,6 @@ type scoreRow struct {
 	Queue     string
 	ClaimedAt NullTime
 	DecidedAt UTCTime
-}
-
-// ReviewStatsFor computes the statistics of the scores given in the period.
-// Only items with all the scores they need count: a double review's first
-// score stays out until the second is in, or the statistics every reviewer
-// sees would tell a lone score the blind rule hides (MayReadReview).
-// Scores are streamed item by item, so memory grows with the number of
-// queues and weeks, not with the number of scores.
-func (s *Store) ReviewStatsFor(ctx context.Context, o ReviewStatsOpts) (ReviewStats, error) {
-	if !o.To.After(o.From) {
-		return ReviewStats{}, &ValidationError{Fields: []FieldError{{Field: "window", Message: "must end after it starts"}}}
-	}
-	from, to := NewUTCTime(o.From), NewUTCTime(o.To)
-	rows, err := s.DB.WithContext(ctx).Raw(`SELECT r.event_id, r.session_id, r.at_version, r.reviewer,
-	r.goal_clear, r.state_current, r.evidence_sufficient, r.risks_explicit, r.next_step_actionable, r.scored_at,
-	i.queue, i.claimed_at, i.decided_at
-FROM review_scores r JOIN review_items i ON i.session_id = r.session_id AND i.at_version = r.at_version
-WHERE r.scored_at >= ? AND r.scored_at < ? AND i.scored >= i.needed
-ORDER BY r.session_id, r.at_version, r.scored_at, r.event_id`, from, to).Rows()
-	if err != nil {
-		return ReviewStats{}, fmt.Errorf("review stats: %w", err)
-	}
-	defer rows.Close()
-	var (
-		overall   meansAcc
-		queues    = map[string]*meansAcc{}
-		weeks     = map[time.Time]*meansAcc{}
-		pairs     = make([][][2]int, len(Rubric))
-		doubled   int
-		buckets   = map[int]*[2]float64{} // items, seconds sum
-		xs, ys    []float64
-		item      []scoreRow
-		flushItem = func() {
-			if len(item) == 0 {
-				return
-			}
-			if len(item) >= 2 {
-				doubled++
-				a, b := item[0].values(), item[1].values()
-				for c := range pairs {
-					pairs[c] = append(pairs[c], [2]int{a[c], b[c]})
-				}
-			}
-			if first := item[0]; first.ClaimedAt.Valid {
-				sum, n := 0.0, 0
-				for _, r := range item {
-					for _, v := range r.values() {
-						sum += float64(v)
-						n++
-					}
-				}
-				mean := sum / float64(n)
-				secs := first.DecidedAt.Sub(first.ClaimedAt.Time.Time).Seconds()
-				bucket := int(math.Round(mean))
-				bk := buckets[bucket]
-				if bk == nil {
-					bk = &[2]float64{}
-					buckets[bucket] = bk
-				}
-				bk[0]++
-				bk[1] += secs
-				xs, ys = append(xs, mean), append(ys, secs)
-			}
-			item = item[:0]
-		}
-	)
-	for rows.Next() {
-		// Scanned column by column: GORM's ScanRows resolves the struct
-		// by reflection on every row, which cost most of the page at a few
-		// thousand scores.
-		var r scoreRow
-		if err := rows.Scan(&r.EventID, &r.SessionID, &r.AtVersion, &r.Reviewer,
-			&r.GoalClear, &r.StateCurrent, &r.EvidenceSufficient, &r.RisksExplicit, &r.NextStepActionable, &r.ScoredAt,
-			&r.Queue, &r.ClaimedAt, &r.DecidedAt); err != nil {
-			return ReviewStats{}, fmt.Errorf("review stats: scan: %w", err)
-		}
-		if len(item) > 0 && (item[0].SessionID != r.SessionID || item[0].AtVersion != r.AtVersion) {
-			flushItem()
-		}
-		item = append(item, r)
-		v := r.values()
-		overall.add(v)
-		qa := queues[r.Queue]
-		if qa == nil {
-			qa = &meansAcc{}
-			queues[r.Queue] = qa
-		}
-		qa.add(v)
-		w := WeekStart(r.ScoredAt.Time)
-		wa := weeks[w]
-		if wa == nil {
-			wa = &meansAcc{}
-			weeks[w] = wa
-		}
-		wa.add(v)
-	}
-	if err := rows.Err(); err != nil {
-		return ReviewStats{}, fmt.Errorf("review stats: %w", err)
-	}
-	flushItem()
-
-	st := ReviewStats{From: from.Time, To: to.Time, Overall: overall.means()}
-	for q, a := range queues {
-		st.ByQueue = append(st.ByQueue, QueueMeans{Queue: q, CriteriaMeans: a.means()})
-	}
-	sort.Slice(st.ByQueue, func(i, j int) bool { return st.ByQueue[i].Queue < st.ByQueue[j].Queue })
-	for w, a := range weeks {
-		st.ByWeek = append(st.ByWeek, WeekMeans{Week: w, CriteriaMeans: a.means()})
-	}
-	sort.Slice(st.ByWeek, func(i, j int) bool { return st.ByWeek[i].Week.Before(st.ByWeek[j].Week) })
-
-	st.Agreement.Items = doubled
-	var all [][2]int
-	for _, ps := range pairs {
-		st.Agreement.Criteria = append(st.Agreement.Criteria, agreementOf(ps))
-		all = append(all, ps...)
-	}
-	st.Agreement.Overall = agreementOf(all)
-
-	st.Clarity.Items = len(xs)
-	for score := MinScore; score <= MaxScore; score++ {
-		b := ClarityBucket{Score: score}
-		if bk := buckets[score]; bk != nil {
-			b.Items = int(bk[0])
-			m := bk[1] / bk[0]
-			b.MeanSeconds = &m
-		}
-		st.Clarity.Buckets = append(st.Clarity.Buckets, b)
-	}
-	if r, ok := Pearson(xs, ys); ok {
-		st.Clarity.Pearson = &r
-	}
-	return st, nil
 }
 
 func agreementOf(pairs [][2]int) AgreementStat {
