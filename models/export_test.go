@@ -67,3 +67,7 @@ var ReviewRollupQueries = map[string]string{
 	"probe": reviewScoresInSQL, "score days": reviewScoreDaysSQL, "pair days": reviewPairDaysSQL,
 	"item days": reviewItemDaysSQL, "edge items": reviewEdgeItemsSQL,
 }
+
+// VerifySessionsSQL is verify's statement listing a batch of sessions with
+// their states ($1 the keyset bound, $2 the ids or NULL).
+var VerifySessionsSQL = verifySessionsSQL

@@ -254,12 +254,15 @@ func (s *Store) streamVerifyJobs(ctx context.Context, ids []string, workers int,
 // verifySessions reads the next batch of sessions after the id after (only
 // ids, when given), with their states. A left join: a session whose state
 // row is missing is a projection problem to report, not a session to skip.
+// The join repeats the keyset bound for the states: without it PostgreSQL
+// merges the two primary keys from the first state on, so each batch read
+// every state before it (153 ms for the 51st batch of 1,000 at 100,000
+// sessions, 4 ms with the bound; TestVerifyBatchPlan).
 func (s *Store) verifySessions(ctx context.Context, after string, ids []string) ([]Session, error) {
 	if s.pool != nil {
 		// pgx directly, as for the events: GORM's scan was a tenth of the
 		// reader's time.
-		sql := `SELECT s.*, coalesce(st.state, '') AS state FROM sessions s LEFT JOIN session_states st ON st.session_id = s.id
-			WHERE s.id > $1 AND ($2::text[] IS NULL OR s.id = ANY($2)) ORDER BY s.id LIMIT ` + strconv.Itoa(verifyBatch)
+		sql := verifySessionsSQL
 		var only []string
 		if len(ids) > 0 {
 			only = ids
@@ -276,7 +279,7 @@ func (s *Store) verifySessions(ctx context.Context, after string, ids []string) 
 	}
 	var rows []Session
 	q := s.DB.WithContext(ctx).Table("sessions s").Select("s.*, coalesce(st.state, '') AS state").
-		Joins("LEFT JOIN session_states st ON st.session_id = s.id").Order("s.id").Limit(verifyBatch)
+		Joins("LEFT JOIN session_states st ON st.session_id = s.id AND st.session_id > ?", after).Order("s.id").Limit(verifyBatch)
 	if len(ids) > 0 {
 		q = q.Where("s.id IN ?", ids)
 	}
@@ -285,6 +288,12 @@ func (s *Store) verifySessions(ctx context.Context, after string, ids []string) 
 	}
 	return rows, nil
 }
+
+// verifySessionsSQL is verifySessions' statement on PostgreSQL: $1 the
+// keyset bound, $2 the ids to check or NULL.
+var verifySessionsSQL = `SELECT s.*, coalesce(st.state, '') AS state FROM sessions s
+	LEFT JOIN session_states st ON st.session_id = s.id AND st.session_id > $1
+	WHERE s.id > $1 AND ($2::text[] IS NULL OR s.id = ANY($2)) ORDER BY s.id LIMIT ` + strconv.Itoa(verifyBatch)
 
 // verifyReaders bounds the connections Verify reads events on at once.
 const verifyReaders = 4

@@ -191,7 +191,7 @@ function cpu(s, cl) { return s == "-" ? "n/a" : sprintf("%.2f ms (server %.2f + 
 	rs[n] = $10; rb[n] = $11; rr[n] = $3 / $10
 	cy[n] = $12; cr[n] = $12 / $10
 	printf "round %d: pgbench %.1f lifecycles/s (%.1f commits/s), http %.1f (ratio %.2f), inproc %.1f (ratio %.2f); river %.1f jobs/s one per call, %.1f batched\n", n, $1, $1 * 4, $2, $2 / $1, $3, $3 / $1, $10, $11
-	printf "         cycles %.1f/s (delegate → lease → result, Go API, group commit, batched results; ratio to river one per call %.2f)\n", $12, $12 / $10
+	printf "         cycles %.1f/s (delegate → lease → result, Go API, batched results, group commit off; ratio to river one per call %.2f)\n", $12, $12 / $10
 	if ($4 != "-") {
 		havecpu = 1
 		printf "         cpu per lifecycle: pgbench %s, http %s, inproc %s\n", cpu($4, $5), cpu($6, $7), cpu($8, $9)
