@@ -13,11 +13,12 @@ export GOTOOLCHAIN := auto
 # detector. cmd/ is left
 # out: its tests run the same code paths through the CLI, and -race on the
 # pure-Go SQLite driver is slow on two cores. The race run leaves out the
-# query-plan tests at scale (RACE_SKIP): they ran in full in the plain run,
-# they check what PostgreSQL plans for one statement at a time, and building
-# their million-row tables again finds no race.
+# query-plan tests at scale and the index upkeep's bloat test (RACE_SKIP):
+# they ran in full in the plain run, they check what PostgreSQL plans or
+# stores for one statement at a time, and building their tables again finds
+# no race.
 RACE_PKGS ?= ./models ./handlers ./web ./clienttest
-RACE_SKIP ?= Plans|AtScale|ScalesOnPostgres|ScaleOnPostgres
+RACE_SKIP ?= Plans|AtScale|ScalesOnPostgres|ScaleOnPostgres|BatchPlan|DoNotReadTheBacklog|TestIndexUpkeep
 
 # The Go client is its own module (client/go.mod, standard library only):
 # ./... at the root does not reach it, so test-go runs its tests there too.
