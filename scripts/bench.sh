@@ -27,8 +27,8 @@
 # Each round also runs `taskpilots bench cycles`: delegate → lease → result
 # cycles on sessions created beforehand, producers delegating one call at a
 # time (CLIENTS of them) while workers lease in batches and send their
-# results in batches, with group commit: the Go API figure issue 16 puts
-# beside River's one-call-at-a-time job rate (ratio cycles / River single).
+# results in batches (group commit off, the default): the Go API figure to
+# put beside River's one-call-at-a-time job rate (ratio cycles / River single).
 #
 # Targets: HTTP ≥ 50 % of pgbench's lifecycles/s, in-process ≥ 80 %.
 # pgbench counts one run of the four-commit script as one "transaction", so

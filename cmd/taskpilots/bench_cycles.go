@@ -17,8 +17,8 @@ import (
 )
 
 // bench cycles measures delegate → lease → result cycles per second through
-// the models Go API, the figure issue 16 puts beside River's one-call-at-a-
-// time job rate: producers delegate one call at a time (concurrently, so
+// the models Go API, the figure to put beside River's one-call-at-a-time
+// job rate: producers delegate one call at a time (concurrently, so
 // that group commit can merge their commits), workers lease up to --batch
 // delegations per call (ClaimBatch) and send their results together
 // (SubmitResults) or one by one, and every session goes round again with
