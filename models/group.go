@@ -411,20 +411,20 @@ type batchSlotKey struct{}
 
 // join adds an item's write to the batch and waits for the group.
 func (b *resultBatch) join(s *Store, m *groupMember) {
-	b.mu.Lock()
-	b.members = append(b.members, m)
-	b.waiting--
-	last := b.waiting == 0
-	b.mu.Unlock()
-	if last {
-		b.run(s)
-	}
+	b.arrive(s, m)
 	<-m.done
 }
 
 // leave is an item that finished without joining.
-func (b *resultBatch) leave(s *Store) {
+func (b *resultBatch) leave(s *Store) { b.arrive(s, nil) }
+
+// arrive counts an item in, with its write m if it has one; the last item
+// to arrive runs the group.
+func (b *resultBatch) arrive(s *Store, m *groupMember) {
 	b.mu.Lock()
+	if m != nil {
+		b.members = append(b.members, m)
+	}
 	b.waiting--
 	last := b.waiting == 0
 	b.mu.Unlock()

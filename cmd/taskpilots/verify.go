@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -109,10 +108,6 @@ func runVerify(ctx context.Context, env *cliEnv, args []string) error {
 	if !*quiet {
 		opts.Progress, finish = verifyProgress(env.stderr, cliout.IsTerminal(env.stderr))
 	}
-	// The checks allocate a little per event and keep only about a
-	// batch of sessions alive: collecting garbage less often is cheaper
-	// than the extra heap it costs.
-	debug.SetGCPercent(400)
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {
 		return err
