@@ -295,7 +295,9 @@ func TestFlowConcurrentMaxInFlight(t *testing.T) {
 							break
 						}
 					}
-					time.Sleep(3 * time.Millisecond)
+					// Held long enough that other workers' claims (slow
+					// under -race on SQLite's single connection) overlap it.
+					time.Sleep(15 * time.Millisecond)
 					for i := range got {
 						// Released before the result commits: a worker's count
 						// may only be lower than the database's, never higher.
