@@ -100,7 +100,7 @@ var ErrArchiveDir = errors.New("archive directory")
 // with ids after `after`.
 func (s *Store) archiveCandidates(ctx context.Context, before time.Time, after string, limit int) ([]Session, error) {
 	var rows []Session
-	err := s.DB.WithContext(ctx).Raw(`SELECT * FROM sessions s
+	err := s.DB.WithContext(ctx).Raw(`SELECT `+sessionColumns+` FROM sessions s
 		WHERE s.status IN ? AND s.updated_at < ? AND s.id > ?
 		AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_id = s.id)
 		AND NOT EXISTS (SELECT 1 FROM review_items r WHERE r.session_id = s.id AND r.scored < r.needed)

@@ -71,3 +71,7 @@ var ReviewRollupQueries = map[string]string{
 // VerifySessionsSQL is verify's statement listing a batch of sessions with
 // their states ($1 the keyset bound, $2 the ids or NULL).
 var VerifySessionsSQL = verifySessionsSQL
+
+// SearchDocumentSQL is the word search's document expression on PostgreSQL
+// (what migration 00033's trigger stores in sessions.search_doc).
+const SearchDocumentSQL = searchDocumentSQL

@@ -389,7 +389,7 @@ func (s *Store) claimSQL() string {
 	    d.lease_expires_at AS claimed_lease_expires_at,
 	    d.traceparent AS claimed_traceparent, d.tracestate AS claimed_tracestate
 ), ` + pgFlowUpdateSQL + `
-SELECT c.*, s.*, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
+SELECT c.*, ` + sessionColumns + `, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
 JOIN session_states st ON st.session_id = s.id FOR UPDATE OF s, st`
 	}
 	// SQLite: the LIMIT is 0 when the queue's flow limits allow no lease
@@ -506,7 +506,7 @@ func (s *Store) claimNext(tx *Tx, args []any) (*claimedRow, func(*Tx) (Session, 
 // delegation given its own lease token from an array (numbered in claim
 // order), and every claimed delegation's session locked and returned, in
 // claim order.
-const claimBatchSQL = `WITH ` + pgFlowSQL + `, next AS (
+var claimBatchSQL = `WITH ` + pgFlowSQL + `, next AS (
 	SELECT id, priority, available_at FROM delegations
 	WHERE queue = ? AND status = 'queued' AND available_at <= ?::timestamptz
 	ORDER BY priority, available_at, id
@@ -524,7 +524,7 @@ const claimBatchSQL = `WITH ` + pgFlowSQL + `, next AS (
 	    d.lease_expires_at AS claimed_lease_expires_at, d.lease_token AS claimed_lease_token,
 	    d.traceparent AS claimed_traceparent, d.tracestate AS claimed_tracestate
 ), ` + pgFlowUpdateSQL + `
-SELECT c.*, s.*, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
+SELECT c.*, ` + sessionColumns + `, st.state FROM c JOIN sessions s ON s.id = c.claimed_session_id
 JOIN session_states st ON st.session_id = s.id ORDER BY c.claimed_rn FOR UPDATE OF s, st`
 
 // ClaimBatch leases up to max (1 to MaxLeaseBatch) available delegations

@@ -253,16 +253,20 @@ func (s *Store) sessionFilterSQL(q SessionQuery) (string, []any) {
 	return b.String(), args
 }
 
-// searchDocumentPG is the document of the word search on PostgreSQL. It must
-// stay identical to the expression of sessions_search_idx (migration 00009),
-// or the planner cannot use the index. ASCII punctuation becomes spaces
-// (spelled with \x3f and \x60 escapes so that the SQL holds no '?' for the
-// placeholder rewriting, nor a backquote).
-const searchDocumentPG = `to_tsvector('simple'::regconfig, translate(ticket_ref || ' ' || goal || ' ' || search_notes, E'!"#$%&\'()*+,-./:;<=>\x3f@[\\]^_\x60{|}~', '                                '))`
+// searchDocumentSQL is the document of the word search on PostgreSQL, as
+// migration 00033's trigger computes it into sessions.search_doc (which
+// both search indexes cover): ticket, goal and notes, ASCII punctuation
+// turned into spaces (spelled with \x3f and \x60 escapes so that the SQL
+// holds no '?' for the placeholder rewriting, nor a backquote). Searches
+// read the stored column; this expression is kept for the test that holds
+// the trigger to it (TestSearchDocumentStored).
+const searchDocumentSQL = `to_tsvector('simple'::regconfig, translate(ticket_ref || ' ' || goal || ' ' || search_notes, E'!"#$%&\'()*+,-./:;<=>\x3f@[\\]^_\x60{|}~', '                                '))`
 
 // searchMatch is the predicate "the session's goal, ticket_ref or notes
 // contain every phrase": a GIN-indexed tsvector match on PostgreSQL, an FTS5
-// match on SQLite. The phrases hold only letters, digits and single spaces
+// match on SQLite. On PostgreSQL it reads the stored document (migration
+// 00033), so a search that walks sessions newest first pays a tsvector
+// match per row, not a to_tsvector. The phrases hold only letters, digits and single spaces
 // (searchPhrases), so the query text needs no escaping in either syntax.
 func (s *Store) searchMatch(phrases []string) (string, []any) {
 	if s.Dialect == Postgres {
@@ -271,7 +275,7 @@ func (s *Store) searchMatch(phrases []string) (string, []any) {
 		for i, p := range phrases {
 			parts[i] = "'" + strings.ReplaceAll(p, " ", "' <-> '") + "'"
 		}
-		return searchDocumentPG + " @@ to_tsquery('simple', ?)", []any{strings.Join(parts, " & ")}
+		return "search_doc @@ to_tsquery('simple', ?)", []any{strings.Join(parts, " & ")}
 	}
 	// "refund order" AND "t 1182"
 	parts := make([]string, len(phrases))

@@ -291,7 +291,7 @@ func (s *Store) verifySessions(ctx context.Context, after string, ids []string) 
 
 // verifySessionsSQL is verifySessions' statement on PostgreSQL: $1 the
 // keyset bound, $2 the ids to check or NULL.
-var verifySessionsSQL = `SELECT s.*, coalesce(st.state, '') AS state FROM sessions s
+var verifySessionsSQL = `SELECT ` + sessionColumns + `, coalesce(st.state, '') AS state FROM sessions s
 	LEFT JOIN session_states st ON st.session_id = s.id AND st.session_id > $1
 	WHERE s.id > $1 AND ($2::text[] IS NULL OR s.id = ANY($2)) ORDER BY s.id LIMIT ` + strconv.Itoa(verifyBatch)
 

@@ -314,7 +314,13 @@ func (s *Store) forUpdate() string {
 // sessions and the state from session_states (alias s for sessions). The
 // state is kept apart so that the row every write rewrites stays narrow
 // (migrations/postgres/00020_session_states.sql).
-const sessionRowSQL = `SELECT s.*, st.state FROM sessions s JOIN session_states st ON st.session_id = s.id`
+var sessionRowSQL = `SELECT ` + sessionColumns + `, st.state FROM sessions s JOIN session_states st ON st.session_id = s.id`
+
+// sessionColumns are the columns of sessions (alias s) that a Session
+// holds: all of them but search_doc (migration 00033), the word search's
+// tsvector, which only the search's predicate reads and which would
+// otherwise travel with every write's read of its session.
+var sessionColumns = "s.id, s.created_at, s." + strings.Join(projectionColumns, ", s.") + ", s.sla_breached_for"
 
 // forUpdateOfSession locks the rows of a sessionRowSQL query on
 // PostgreSQL, the session's and its state's. Both, not only the session's:
