@@ -759,15 +759,7 @@ func TestSearchDocumentStored(t *testing.T) {
 	found("erased", "oyelaran")
 	found("erased", "T-9001", sid) // the ticket stays: it is what finds the erasure
 
-	for {
-		v, err := s.MigrateDown(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v < 33 {
-			break
-		}
-	}
+	migrateDownThrough(ctx, t, s, 33)
 	if _, err := s.MigrateUp(ctx); err != nil {
 		t.Fatal(err)
 	}
