@@ -174,8 +174,11 @@ func TestReviewStatsRollupMatchesScores(t *testing.T) {
 		compare("archived")
 
 		// The migration's backfill builds the same rollup from the scores.
-		if v, err := s.MigrateDown(ctx); err != nil || v != 30 {
-			t.Fatalf("migrate down: %d %v", v, err)
+		// Down past 00031 (the review counts) to 00030's rollup.
+		for _, want := range []int64{31, 30} {
+			if v, err := s.MigrateDown(ctx); err != nil || v != want {
+				t.Fatalf("migrate down: %d %v, want %d", v, err, want)
+			}
 		}
 		if _, err := s.MigrateUp(ctx); err != nil {
 			t.Fatal(err)
