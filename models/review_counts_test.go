@@ -95,6 +95,10 @@ func TestReviewCountsUnderConcurrentWrites(t *testing.T) {
 			decided(ctx, t, s, deciders[i%len(deciders)], "refunds")
 		}
 		checkReviewCounts(ctx, t, s, users, "before")
+		var keys []models.ReviewKey
+		if err := s.DB.Raw(`SELECT session_id, at_version FROM review_items ORDER BY decided_at`).Scan(&keys).Error; err != nil {
+			t.Fatal(err)
+		}
 
 		var (
 			wg        sync.WaitGroup
@@ -107,7 +111,26 @@ func TestReviewCountsUnderConcurrentWrites(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(uint64(w), 31))
-				for range 12 {
+				for i := range 12 {
+					if i%3 == 2 {
+						// A score without a claim, on an item others may be
+						// scoring or completing at the same moment.
+						var err error
+						k := keys[rng.IntN(len(keys))]
+						_, err = s.ScoreReview(ctx, u, "", models.ScoreInput{Key: k, Scores: allScores(1 + rng.IntN(5))})
+						var taken *models.ReviewTakenError
+						mu.Lock()
+						switch {
+						case err == nil:
+							applied["score unclaimed"]++
+						case errors.As(err, &taken), errors.Is(err, models.ErrOwnDecision):
+							applied["lost race"]++
+						default:
+							unexpectd = append(unexpectd, fmt.Errorf("score unclaimed by %s: %w", u.Email, err))
+						}
+						mu.Unlock()
+						continue
+					}
 					k, ok, err := s.ClaimNextReview(ctx, u, p)
 					op := "claim"
 					if err == nil && ok {
@@ -141,15 +164,26 @@ func TestReviewCountsUnderConcurrentWrites(t *testing.T) {
 			t.Error(err)
 		}
 		t.Logf("applied %v", applied)
-		if applied["score"] == 0 || applied["claim"] == 0 || applied["release"] == 0 {
+		if applied["score"] == 0 || applied["score unclaimed"] == 0 || applied["claim"] == 0 || applied["release"] == 0 || applied["lost race"] == 0 {
 			t.Errorf("the workload did not claim, score and release: %v", applied)
 		}
 		// Leave work in flight: a first blind score of a double item, and a
 		// live claim by everyone who still has something to claim.
+		// (New decisions until one is a double item nobody scored yet, if
+		// the workload scored them all.)
 		var doubles []models.ReviewKey
-		if err := s.DB.Raw(`SELECT session_id, at_version FROM review_items WHERE needed = 2 AND scored = 0 AND decided_by <> ? ORDER BY decided_at`,
-			users[2].Actor()).Scan(&doubles).Error; err != nil || len(doubles) == 0 {
-			t.Fatalf("no double item left to start (%v)", err)
+		for range 20 {
+			if err := s.DB.Raw(`SELECT session_id, at_version FROM review_items WHERE needed = 2 AND scored = 0 AND decided_by <> ? ORDER BY decided_at`,
+				users[2].Actor()).Scan(&doubles).Error; err != nil {
+				t.Fatal(err)
+			}
+			if len(doubles) > 0 {
+				break
+			}
+			decided(ctx, t, s, agent, "billing")
+		}
+		if len(doubles) == 0 {
+			t.Fatal("no double item to start")
 		}
 		if _, err := s.ScoreReview(ctx, users[2], "", models.ScoreInput{Key: doubles[0], Scores: allScores(2)}); err != nil {
 			t.Fatal(err)
