@@ -438,8 +438,10 @@ type ReviewQueueRow struct {
 	MyClaimExpires NullTime
 }
 
-// ReviewCounts are the numbers beside the queue's filters, each bounded: a
-// value above CountCap means "more than CountCap".
+// ReviewCounts are the numbers beside the queue's filters. They are exact
+// (maintained by migration 00031's triggers and derived from them, see
+// reviewCountsOf) but capped at CountCap+1 like the console's bounded counts
+// beside them: a value above CountCap means "more than CountCap".
 type ReviewCounts struct {
 	// Open items still need a score from someone.
 	Open int64
@@ -485,10 +487,13 @@ func availableTo(q *gorm.DB, actor string, now UTCTime) *gorm.DB {
 		// a subquery with an OFFSET into a join): as an anti-join the planner
 		// hashed every score the reviewer ever gave, a cost that grows with
 		// their history. SQLite wants a LIMIT before an OFFSET.
-		Where("NOT EXISTS (SELECT 1 FROM review_scores r WHERE r.session_id = i.session_id AND r.at_version = i.at_version AND r.reviewer = ? LIMIT 1 OFFSET 0)", actor).
+		Where(notScoredBy, actor).
 		Where(`(c.reviewer IS NOT NULL OR i.scored + (SELECT count(*) FROM review_claims o
 	WHERE o.session_id = i.session_id AND o.at_version = i.at_version AND o.reviewer <> ? AND o.expires_at > ?) < i.needed)`, actor, now)
 }
+
+// notScoredBy is availableTo's "not scored by ?" over review_items i.
+const notScoredBy = "NOT EXISTS (SELECT 1 FROM review_scores r WHERE r.session_id = i.session_id AND r.at_version = i.at_version AND r.reviewer = ? LIMIT 1 OFFSET 0)"
 
 func (s *Store) reviewQueueBase(ctx context.Context, actor string, now UTCTime) *gorm.DB {
 	q := s.read(ctx).Table("review_items i").
@@ -507,10 +512,15 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 	}
 	actor := o.Reviewer.Actor()
 	now := NewUTCTime(s.now())
-	q := s.reviewQueueBase(ctx, actor, now).Select("i.*, c.expires_at AS my_claim_expires")
+	q := s.reviewQueueBase(ctx, actor, now)
 	if o.Mine {
-		q = q.Where("c.reviewer IS NOT NULL")
+		// The reviewer's live claims, a handful, drive the page: walking the
+		// open items in order for the few held read the whole backlog.
+		q = availableTo(s.read(ctx).Table("review_claims c").
+			Joins("JOIN review_items i ON i.session_id = c.session_id AND i.at_version = c.at_version").
+			Where("c.reviewer = ? AND c.expires_at > ?", actor, now), actor, now)
 	}
+	q = q.Select("i.*, c.expires_at AS my_claim_expires")
 	if o.After != "" {
 		cur, err := decodeReviewCursor(o.After)
 		if err != nil {
@@ -527,18 +537,13 @@ func (s *Store) ReviewQueue(ctx context.Context, o ReviewQueueOpts) (ReviewQueue
 		page.Rows = rows[:o.Limit]
 		page.Next = encodeReviewCursor(page.Rows[o.Limit-1].ReviewItem)
 	}
-	// Bounded counts (see CountCap): each reads at most CountCap+1 items of
-	// the backlog, however long it grows.
-	db := s.read(ctx)
-	if err := cappedCount(db, db.Table("review_items").Where("scored < needed"), "decided_at, session_id, at_version", &page.Counts.Open); err != nil {
-		return page, fmt.Errorf("review queue: count open: %w", err)
+	// Maintained and derived counts (review_counts.go): they read a few
+	// counter rows and the items in progress, not the backlog.
+	counts, err := s.reviewCountsOf(ctx, actor, now)
+	if err != nil {
+		return page, fmt.Errorf("review queue: counts: %w", err)
 	}
-	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now), reviewOrder, &page.Counts.Available); err != nil {
-		return page, fmt.Errorf("review queue: count available: %w", err)
-	}
-	if err := cappedCount(db, s.reviewQueueBase(ctx, actor, now).Where("c.reviewer IS NOT NULL"), reviewOrder, &page.Counts.Mine); err != nil {
-		return page, fmt.Errorf("review queue: count mine: %w", err)
-	}
+	page.Counts = counts
 	return page, nil
 }
 
@@ -834,6 +839,11 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 				EvidenceSufficient: scores[CriterionEvidenceSufficient], RisksExplicit: scores[CriterionRisksExplicit],
 				NextStepActionable: scores[CriterionNextStepActionable], ScoredAt: ev.CreatedAt,
 			}
+			// The count first: the score that completes the item then moves
+			// only the other scorers' counter rows (migration 00031), taken
+			// in the trigger's lock order, not its own row before theirs.
+			tx.Later(failWith("score review: count"),
+				`UPDATE review_items SET scored = scored + 1 WHERE session_id = ? AND at_version = ?`, k.SessionID, k.AtVersion)
 			tx.Later(func(err error) error {
 				if isUniqueViolation(err) {
 					return &ReviewTakenError{Key: k, Reason: ReviewAlreadyDone}
@@ -843,8 +853,6 @@ func (s *Store) ScoreReview(ctx context.Context, u User, idemKey string, in Scor
 				evidence_sufficient, risks_explicit, next_step_actionable, scored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				row.EventID, row.SessionID, row.AtVersion, row.Reviewer, row.GoalClear, row.StateCurrent,
 				row.EvidenceSufficient, row.RisksExplicit, row.NextStepActionable, row.ScoredAt)
-			tx.Later(failWith("score review: count"),
-				`UPDATE review_items SET scored = scored + 1 WHERE session_id = ? AND at_version = ?`, k.SessionID, k.AtVersion)
 			tx.Later(failWith("score review: end claim"),
 				`DELETE FROM review_claims WHERE session_id = ? AND at_version = ? AND reviewer = ?`, k.SessionID, k.AtVersion, actor)
 			if len(before)+1 == item.Needed {

@@ -36,9 +36,14 @@ type Problem struct {
 // counts (VerifyInboxCounts): not a session's, and repaired by reproject.
 const ProblemInboxCounts = "inbox_counts"
 
+// ProblemReviewCounts is the kind of a problem with the review queue's
+// maintained counts (VerifyReviewCounts): not a session's, and repaired by
+// migrate up.
+const ProblemReviewCounts = "review_counts"
+
 func (p Problem) String() string {
 	switch {
-	case p.Kind == ProblemInboxCounts:
+	case p.Kind == ProblemInboxCounts, p.Kind == ProblemReviewCounts:
 		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
 	case p.SessionID == "":
 		return fmt.Sprintf("checkpoint %d: %s: %s", p.Checkpoint, p.Kind, p.Detail)
@@ -166,6 +171,16 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 			rep.Problems = append(rep.Problems, Problem{Kind: ProblemInboxCounts, Detail: fmt.Sprintf(
 				"%s, queue %q, priority %d, reason %q, assignee %q: %d counted, %d sessions (`taskpilots migrate up` rebuilds them)",
 				d.Status, d.Queue, d.Priority, d.ReasonCode, d.Assignee, d.Stored, d.Actual)})
+		}
+		// So are the review queue's, from every item.
+		rdrift, err := s.VerifyReviewCounts(ctx)
+		if err != nil {
+			return rep, err
+		}
+		for _, d := range rdrift {
+			rep.Problems = append(rep.Problems, Problem{Kind: ProblemReviewCounts, Detail: fmt.Sprintf(
+				"%s %q: %d open items counted, %d open items (`taskpilots migrate up` rebuilds them)",
+				d.Table, d.Key, d.Stored, d.Actual)})
 		}
 	}
 	if o.Checkpoints != nil && len(o.SessionIDs) == 0 {
