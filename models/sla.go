@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -259,33 +260,63 @@ type SLAStats struct {
 	BreachEvents int64 `json:"breach_events"`
 }
 
-// SLAStats counts escalations by SLA state with one aggregate query per SLA
-// bucket, whatever the number of sessions.
+// SLAStats counts escalations by SLA state in one statement: an aggregate
+// per SLA bucket and the breach events, whatever the number of sessions.
 func (s *Store) SLAStats(ctx context.Context) (SLAStats, error) {
+	q, args := s.slaStatsSQL()
+	var rows []nowStatsRow
+	if err := s.DB.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		return SLAStats{}, fmt.Errorf("sla stats: %w", err)
+	}
 	var st SLAStats
+	for _, r := range rows {
+		r.addSLA(&st)
+	}
+	st.OK = st.Open - st.Breached - st.NearBreach
+	return st, nil
+}
+
+// nowStatsRow is one row of slaStatsSQL (kind sla or breaches), or of the
+// stalled branch nowStats adds (kind stalled, by step).
+type nowStatsRow struct {
+	Kind     string
+	Step     string
+	N        int64
+	Breached int64
+	Near     int64
+}
+
+func (r nowStatsRow) addSLA(st *SLAStats) {
+	switch r.Kind {
+	case "sla":
+		st.Open += r.N
+		st.Breached += r.Breached
+		st.NearBreach += r.Near
+	case "breaches":
+		st.BreachEvents += r.N
+	}
+}
+
+// slaStatsSQL is the statement of SLAStats: a UNION ALL of one aggregate
+// per SLA bucket (a plain comparison on escalated_at within one priority,
+// over sessions_inbox_idx) and the count of breach events
+// (events_type_idx), with its arguments.
+func (s *Store) slaStatsSQL() (string, []any) {
 	now := s.now()
+	var parts []string
+	var args []any
 	for _, b := range s.slaBuckets() {
 		breachAt := NewUTCTime(now.Add(-b.budget))
 		nearAt := NewUTCTime(now.Add(-time.Duration(NearBreachFraction * float64(b.budget))))
-		var c struct{ Open, Breached, Near int64 }
-		err := s.DB.WithContext(ctx).Table("sessions").
-			Select(`count(*) AS open,
-				coalesce(sum(CASE WHEN escalated_at <= ? THEN 1 ELSE 0 END), 0) AS breached,
-				coalesce(sum(CASE WHEN escalated_at > ? AND escalated_at <= ? THEN 1 ELSE 0 END), 0) AS near`,
-				breachAt, breachAt, nearAt).
-			Where(inHumanHandsSQL).Where(b.where, b.args...).Scan(&c).Error
-		if err != nil {
-			return st, fmt.Errorf("sla stats: %w", err)
-		}
-		st.Open += c.Open
-		st.Breached += c.Breached
-		st.NearBreach += c.Near
+		parts = append(parts, `SELECT 'sla' AS kind, '' AS step, count(*) AS n,
+	coalesce(sum(CASE WHEN escalated_at <= ? THEN 1 ELSE 0 END), 0) AS breached,
+	coalesce(sum(CASE WHEN escalated_at > ? AND escalated_at <= ? THEN 1 ELSE 0 END), 0) AS near
+FROM sessions WHERE `+inHumanHandsSQL+` AND `+b.where)
+		args = append(append(args, breachAt, breachAt, nearAt), b.args...)
 	}
-	st.OK = st.Open - st.Breached - st.NearBreach
-	if err := s.DB.WithContext(ctx).Model(&Event{}).Where("type = ?", EventEscalationSLABreached).Count(&st.BreachEvents).Error; err != nil {
-		return st, fmt.Errorf("sla stats: breach events: %w", err)
-	}
-	return st, nil
+	parts = append(parts, `SELECT 'breaches', '', count(*), 0, 0 FROM events WHERE type = ?`)
+	args = append(args, EventEscalationSLABreached)
+	return strings.Join(parts, "\nUNION ALL\n"), args
 }
 
 // SLABreachPayload records that an escalation outlived its SLA.
