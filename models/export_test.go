@@ -71,3 +71,17 @@ var ReviewRollupQueries = map[string]string{
 // VerifySessionsSQL is verify's statement listing a batch of sessions with
 // their states ($1 the keyset bound, $2 the ids or NULL).
 var VerifySessionsSQL = verifySessionsSQL
+
+// metrics (batched windows): the reads of several windows of one request,
+// each a UNION ALL of the one-window statement, by name, for n windows.
+func MetricRollupUnions(n int) map[string]string {
+	ws := make([]int, n)
+	for i := range ws {
+		ws[i] = i
+	}
+	return map[string]string{
+		"sums": unionByWindow(rollupSumsSQL, ws), "sessions": unionByWindow(rollupSessionsSQL, ws),
+		"edge sessions": unionByWindow(rollupEdgeSessionsSQL, ws), "rejections": unionByWindow(rejectionsSQL, ws),
+		"span sessions": unionByWindow(spanSessionsSQL, ws),
+	}
+}

@@ -453,26 +453,12 @@ func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool)
 	return pm, s.nowStats(ctx, &pm)
 }
 
-// nowStats fills the figures of pm that are not windowed (SLA, stalled),
-// in one statement: SLAStats' branches and StalledStats' groups by step.
+// nowStats fills the figures of pm that are not windowed (SLA, stalled).
 func (s *Store) nowStats(ctx context.Context, pm *ProductMetrics) error {
-	q, args := s.slaStatsSQL()
-	q += "\nUNION ALL\nSELECT 'stalled', next_step, count(*), 0, 0 FROM sessions WHERE " + stalledSQL + " GROUP BY next_step"
-	var rows []nowStatsRow
-	if err := s.DB.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+	sla, stalled, err := s.countNow(ctx, true)
+	if err != nil {
 		return fmt.Errorf("metrics: sla and stalled counts: %w", err)
 	}
-	var sla SLAStats
-	stalled := StalledStats{ByStep: map[string]int64{}}
-	for _, r := range rows {
-		if r.Kind == "stalled" {
-			stalled.Sessions += r.N
-			stalled.ByStep[r.Step] += r.N
-			continue
-		}
-		r.addSLA(&sla)
-	}
-	sla.OK = sla.Open - sla.Breached - sla.NearBreach
 	pm.SLA, pm.Stalled = sla, stalled
 	return nil
 }

@@ -93,3 +93,53 @@ func TestMetricsDashboardFoldsEachEndOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestMetricsDashboardStatements pins the statements of a metrics request:
+// the dashboard's window and all its trend buckets share each read, so a
+// request sends as many statements with 12 buckets as with 4, and as many
+// as the API's one window: the rollup state, the sessions of the folded
+// ends, their histories, the whole hours' counters, their distinct
+// sessions, which of the ends' sessions those hours counted, the rejected
+// writes, and the figures that are not windowed (SLA and stalled). It sent
+// about 60 with 12 buckets, four per bucket.
+func TestMetricsDashboardStatements(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		w := newMetricsWorld(t, s)
+		buildMetricsHistory(w)
+		w.at(9 * time.Hour)
+		if _, err := s.RollupMetrics(w.ctx); err != nil {
+			t.Fatal(err)
+		}
+		var statements atomic.Int64
+		count := func(*gorm.DB) { statements.Add(1) }
+		cb := s.DB.Callback()
+		for _, reg := range []func() error{
+			func() error { return cb.Row().After("gorm:row").Register("test:statements", count) },
+			func() error { return cb.Raw().After("gorm:raw").Register("test:statements", count) },
+			func() error { return cb.Query().After("gorm:query").Register("test:statements", count) },
+		} {
+			if err := reg(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Both ends inside hours with events, so that every read runs.
+		o := models.MetricsOpts{From: w.t0.Add(30 * xMin), To: w.t0.Add(2*time.Hour + 5*xMin)}
+		const want = 8
+		for _, n := range []int{1, 4, 12} {
+			statements.Store(0)
+			if _, _, err := s.MetricsDashboard(w.ctx, o, n); err != nil {
+				t.Fatal(err)
+			}
+			if got := statements.Load(); got != want {
+				t.Errorf("dashboard with %d buckets: %d statements, want %d", n, got, want)
+			}
+		}
+		statements.Store(0)
+		if _, err := s.ProductMetrics(w.ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		if got := statements.Load(); got != want {
+			t.Errorf("API metrics: %d statements, want %d", got, want)
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -260,63 +259,14 @@ type SLAStats struct {
 	BreachEvents int64 `json:"breach_events"`
 }
 
-// SLAStats counts escalations by SLA state in one statement: an aggregate
-// per SLA bucket and the breach events, whatever the number of sessions.
+// SLAStats counts escalations by SLA state in one statement whatever the
+// number of sessions (countNow).
 func (s *Store) SLAStats(ctx context.Context) (SLAStats, error) {
-	q, args := s.slaStatsSQL()
-	var rows []nowStatsRow
-	if err := s.DB.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+	st, _, err := s.countNow(ctx, false)
+	if err != nil {
 		return SLAStats{}, fmt.Errorf("sla stats: %w", err)
 	}
-	var st SLAStats
-	for _, r := range rows {
-		r.addSLA(&st)
-	}
-	st.OK = st.Open - st.Breached - st.NearBreach
 	return st, nil
-}
-
-// nowStatsRow is one row of slaStatsSQL (kind sla or breaches), or of the
-// stalled branch nowStats adds (kind stalled, by step).
-type nowStatsRow struct {
-	Kind     string
-	Step     string
-	N        int64
-	Breached int64
-	Near     int64
-}
-
-func (r nowStatsRow) addSLA(st *SLAStats) {
-	switch r.Kind {
-	case "sla":
-		st.Open += r.N
-		st.Breached += r.Breached
-		st.NearBreach += r.Near
-	case "breaches":
-		st.BreachEvents += r.N
-	}
-}
-
-// slaStatsSQL is the statement of SLAStats: a UNION ALL of one aggregate
-// per SLA bucket (a plain comparison on escalated_at within one priority,
-// over sessions_inbox_idx) and the count of breach events
-// (events_type_idx), with its arguments.
-func (s *Store) slaStatsSQL() (string, []any) {
-	now := s.now()
-	var parts []string
-	var args []any
-	for _, b := range s.slaBuckets() {
-		breachAt := NewUTCTime(now.Add(-b.budget))
-		nearAt := NewUTCTime(now.Add(-time.Duration(NearBreachFraction * float64(b.budget))))
-		parts = append(parts, `SELECT 'sla' AS kind, '' AS step, count(*) AS n,
-	coalesce(sum(CASE WHEN escalated_at <= ? THEN 1 ELSE 0 END), 0) AS breached,
-	coalesce(sum(CASE WHEN escalated_at > ? AND escalated_at <= ? THEN 1 ELSE 0 END), 0) AS near
-FROM sessions WHERE `+inHumanHandsSQL+` AND `+b.where)
-		args = append(append(args, breachAt, breachAt, nearAt), b.args...)
-	}
-	parts = append(parts, `SELECT 'breaches', '', count(*), 0, 0 FROM events WHERE type = ?`)
-	args = append(args, EventEscalationSLABreached)
-	return strings.Join(parts, "\nUNION ALL\n"), args
 }
 
 // SLABreachPayload records that an escalation outlived its SLA.
