@@ -217,14 +217,11 @@ func (s *Store) RepairNowCounts(ctx context.Context) (int64, error) {
 	if s.Dialect != Postgres {
 		return 0, nil
 	}
-	var drift int64
-	if err := s.DB.WithContext(ctx).Raw(nowCountsDriftSQL).Scan(&drift).Error; err != nil {
-		return 0, fmt.Errorf("check sla and stalled counts: %w", err)
+	drift, err := s.nowCountsDrift(ctx)
+	if err != nil || drift == 0 {
+		return 0, err
 	}
-	if drift == 0 {
-		return 0, nil
-	}
-	err := s.Write(ctx, func(tx *Tx) error {
+	err = s.Write(ctx, func(tx *Tx) error {
 		tx.Later(failWith("lock sla and stalled counts"), `LOCK TABLE sla_counts, step_counts IN EXCLUSIVE MODE`)
 		tx.Later(failWith("clear sla counts"), `DELETE FROM sla_counts`)
 		tx.Later(failWith("clear stalled counts"), `DELETE FROM step_counts`)
@@ -239,5 +236,15 @@ SELECT next_step, queue, count(*) FROM sessions WHERE status = 'open' AND next_s
 		return 0, fmt.Errorf("repair sla and stalled counts: %w", err)
 	}
 	s.Logger.Warn("sla and stalled counts rebuilt from the sessions", "rows_wrong", drift)
+	return drift, nil
+}
+
+// nowCountsDrift counts the rows of sla_counts and step_counts that differ
+// from the sessions (PostgreSQL; for verify and RepairNowCounts).
+func (s *Store) nowCountsDrift(ctx context.Context) (int64, error) {
+	var drift int64
+	if err := s.DB.WithContext(ctx).Raw(nowCountsDriftSQL).Scan(&drift).Error; err != nil {
+		return 0, fmt.Errorf("check sla and stalled counts: %w", err)
+	}
 	return drift, nil
 }

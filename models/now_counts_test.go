@@ -187,6 +187,17 @@ WHERE id IN ('ses_000002', 'ses_000004', 'ses_000006')`,
 	if err != nil {
 		t.Fatal(err)
 	}
+	rep, err := s.Verify(ctx, models.VerifyOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range rep.Problems {
+		found = found || p.Kind == models.ProblemNowCounts
+	}
+	if !found {
+		t.Errorf("verify after a write without triggers: no %s problem in %v", models.ProblemNowCounts, rep.Problems)
+	}
 	if n, err := s.RepairNowCounts(ctx); err != nil || n == 0 {
 		t.Fatalf("repair after a write without triggers = %d, %v; want the rows it fixed", n, err)
 	}

@@ -36,9 +36,14 @@ type Problem struct {
 // counts (VerifyInboxCounts): not a session's, and repaired by reproject.
 const ProblemInboxCounts = "inbox_counts"
 
+// ProblemNowCounts is the kind of a problem with the metrics' maintained
+// SLA and stalled counts (sla_counts, step_counts; PostgreSQL): not a
+// session's, and rebuilt by migrate up (RepairNowCounts).
+const ProblemNowCounts = "now_counts"
+
 func (p Problem) String() string {
 	switch {
-	case p.Kind == ProblemInboxCounts:
+	case p.Kind == ProblemInboxCounts, p.Kind == ProblemNowCounts:
 		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
 	case p.SessionID == "":
 		return fmt.Sprintf("checkpoint %d: %s: %s", p.Checkpoint, p.Kind, p.Detail)
@@ -166,6 +171,16 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 			rep.Problems = append(rep.Problems, Problem{Kind: ProblemInboxCounts, Detail: fmt.Sprintf(
 				"%s, queue %q, priority %d, reason %q, assignee %q: %d counted, %d sessions (`taskpilots migrate up` rebuilds them)",
 				d.Status, d.Queue, d.Priority, d.ReasonCode, d.Assignee, d.Stored, d.Actual)})
+		}
+		if s.Dialect == Postgres {
+			n, err := s.nowCountsDrift(ctx)
+			if err != nil {
+				return rep, err
+			}
+			if n > 0 {
+				rep.Problems = append(rep.Problems, Problem{Kind: ProblemNowCounts, Detail: fmt.Sprintf(
+					"%d rows of sla_counts and step_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
+			}
 		}
 	}
 	if o.Checkpoints != nil && len(o.SessionIDs) == 0 {
