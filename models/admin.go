@@ -582,44 +582,28 @@ func (v *Verifier) Wait(ctx context.Context) error {
 // hour when buckets are an hour or longer: then only the first and the
 // last bucket have a partial hour, the others read the rollups only.
 func (s *Store) MetricsTrend(ctx context.Context, o MetricsOpts, n int) ([]ProductMetrics, error) {
-	_, trend, err := s.metricsTrend(ctx, o, n, nil)
+	_, trend, err := s.metricsTrend(ctx, o, n, false)
 	return trend, err
 }
 
 // MetricsDashboard computes ProductMetrics(o) (all queues, or o.Queue's)
-// and MetricsTrend(o, n) in one go: the figures that are not windowed once,
-// and each partial hour at the window's ends folded once.
+// and MetricsTrend(o, n) in one go: the figures that are not windowed once
+// (one statement), and the window and its buckets with shared reads
+// (windowsMetrics), so that each partial hour at the window's ends is
+// folded once and the statements of a request do not grow with n.
 func (s *Store) MetricsDashboard(ctx context.Context, o MetricsOpts, n int) (ProductMetrics, []ProductMetrics, error) {
-	edges := edgeFolds{}
-	all := o
-	all.Queue = ""
-	total, err := s.windowMetrics(ctx, all, true, edges)
-	if err != nil {
-		return ProductMetrics{}, nil, err
-	}
-	now, trend, err := s.metricsTrend(ctx, o, n, edges)
-	if err != nil {
-		return ProductMetrics{}, nil, err
-	}
-	total.SLA, total.Stalled = now.SLA, now.Stalled
-	return total, trend, nil
+	return s.metricsTrend(ctx, o, n, true)
 }
 
-// metricsTrend is MetricsTrend through edges; it also returns the figures
-// that are not windowed, which every bucket carries.
-func (s *Store) metricsTrend(ctx context.Context, o MetricsOpts, n int, edges edgeFolds) (ProductMetrics, []ProductMetrics, error) {
+// metricsTrend computes the buckets of MetricsTrend and, with total, the
+// whole window for every queue first; every window carries the figures
+// that are not windowed, read once.
+func (s *Store) metricsTrend(ctx context.Context, o MetricsOpts, n int, total bool) (ProductMetrics, []ProductMetrics, error) {
 	if err := o.Validate(); err != nil {
 		return ProductMetrics{}, nil, err
 	}
-	if edges == nil {
-		edges = edgeFolds{}
-	}
 	if n < 1 {
 		n = 1
-	}
-	var now ProductMetrics
-	if err := s.nowStats(ctx, &now); err != nil {
-		return ProductMetrics{}, nil, err
 	}
 	step := o.To.Sub(o.From) / time.Duration(n)
 	bound := func(i int) time.Time {
@@ -633,18 +617,32 @@ func (s *Store) metricsTrend(ctx context.Context, o MetricsOpts, n int, edges ed
 		}
 		return o.From.Add(time.Duration(i) * step)
 	}
-	out := make([]ProductMetrics, 0, n)
+	wins := make([]MetricsOpts, 0, n+1)
+	if total {
+		all := o
+		all.Queue = ""
+		wins = append(wins, all)
+	}
 	for i := 0; i < n; i++ {
 		b := o
 		b.From, b.To = bound(i), bound(i+1)
-		pm, err := s.windowMetrics(ctx, b, true, edges)
-		if err != nil {
-			return ProductMetrics{}, nil, err
-		}
-		pm.SLA, pm.Stalled = now.SLA, now.Stalled
-		out = append(out, pm)
+		wins = append(wins, b)
 	}
-	return now, out, nil
+	pms, err := s.windowsMetrics(ctx, wins)
+	if err != nil {
+		return ProductMetrics{}, nil, err
+	}
+	var now ProductMetrics
+	if err := s.nowStats(ctx, &now); err != nil {
+		return ProductMetrics{}, nil, err
+	}
+	for i := range pms {
+		pms[i].SLA, pms[i].Stalled = now.SLA, now.Stalled
+	}
+	if total {
+		return pms[0], pms[1:], nil
+	}
+	return now, pms, nil
 }
 
 // adminLater queues the admin audit row of a change made in tx, so that it

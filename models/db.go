@@ -473,6 +473,10 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	if _, err := s.RepairReviewCounts(ctx); err != nil {
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}
+	// So are the metrics' SLA and stalled counts (PostgreSQL).
+	if _, err := s.RepairNowCounts(ctx); err != nil {
+		return applied, fmt.Errorf("migrate up: %w", err)
+	}
 	return applied, nil
 }
 

@@ -75,3 +75,17 @@ var VerifySessionsSQL = verifySessionsSQL
 // SearchDocumentSQL is the word search's document expression on PostgreSQL
 // (what migration 00033's trigger stores in sessions.search_doc).
 const SearchDocumentSQL = searchDocumentSQL
+
+// metrics (batched windows): the reads of several windows of one request,
+// each a UNION ALL of the one-window statement, by name, for n windows.
+func MetricRollupUnions(n int) map[string]string {
+	ws := make([]int, n)
+	for i := range ws {
+		ws[i] = i
+	}
+	return map[string]string{
+		"sums": unionByWindow(rollupSumsSQL, ws), "sessions": unionByWindow(rollupSessionsSQL, ws),
+		"edge sessions": unionByWindow(rollupEdgeSessionsSQL, ws), "rejections": unionByWindow(rejectionsSQL, ws),
+		"span sessions": unionByWindow(spanSessionsSQL, ws),
+	}
+}

@@ -446,7 +446,7 @@ func (s *Store) ProductMetrics(ctx context.Context, o MetricsOpts) (ProductMetri
 // productMetrics is ProductMetrics, with or without the rollups (the
 // equivalence tests compute both).
 func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool) (ProductMetrics, error) {
-	pm, err := s.windowMetrics(ctx, o, rollups, nil)
+	pm, err := s.windowMetrics(ctx, o, rollups)
 	if err != nil {
 		return ProductMetrics{}, err
 	}
@@ -455,31 +455,31 @@ func (s *Store) productMetrics(ctx context.Context, o MetricsOpts, rollups bool)
 
 // nowStats fills the figures of pm that are not windowed (SLA, stalled).
 func (s *Store) nowStats(ctx context.Context, pm *ProductMetrics) error {
-	sla, err := s.SLAStats(ctx)
+	sla, stalled, err := s.countNow(ctx, true)
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return fmt.Errorf("metrics: sla and stalled counts: %w", err)
 	}
-	pm.SLA = sla
-	if pm.Stalled, err = s.StalledStats(ctx); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
+	pm.SLA, pm.Stalled = sla, stalled
 	return nil
 }
 
 // windowMetrics is ProductMetrics without the figures that are not
-// windowed (SLA, Stalled). edges, when not nil, keeps the folds of the
-// partial hours for other windows of the same request (MetricsDashboard).
-func (s *Store) windowMetrics(ctx context.Context, o MetricsOpts, rollups bool, edges edgeFolds) (ProductMetrics, error) {
+// windowed (SLA, Stalled): from the rollups and the folded partial hours
+// (windowsMetrics), or, without rollups, by folding the whole window.
+func (s *Store) windowMetrics(ctx context.Context, o MetricsOpts, rollups bool) (ProductMetrics, error) {
 	if err := o.Validate(); err != nil {
 		return ProductMetrics{}, err
 	}
-	from, to := NewUTCTime(o.From), NewUTCTime(o.To)
-	f := newMetricsFold(from.Time, to.Time)
 	if rollups {
-		if err := s.foldWithRollups(ctx, f, from, to, edges); err != nil {
+		pms, err := s.windowsMetrics(ctx, []MetricsOpts{o})
+		if err != nil {
 			return ProductMetrics{}, err
 		}
-	} else if err := s.foldEvents(ctx, f, from, to); err != nil {
+		return pms[0], nil
+	}
+	from, to := NewUTCTime(o.From), NewUTCTime(o.To)
+	f := newMetricsFold(from.Time, to.Time)
+	if err := s.foldEvents(ctx, f, from, to); err != nil {
 		return ProductMetrics{}, err
 	}
 	if err := s.foldRejections(ctx, f, from, to); err != nil {
@@ -544,7 +544,10 @@ func (pm ProductMetrics) BusiestQueues(n int) []string {
 // every event cheaper than that many index ranges, and read a million
 // events to fold a few hundred sessions.
 const (
-	foldSessionsSQL = `SELECT DISTINCT session_id FROM events WHERE created_at >= ? AND created_at < ? ORDER BY session_id`
+	// spanSessionsSQL is also a branch of the reads of several spans
+	// (foldSpans), which is why the ordering is not part of it.
+	spanSessionsSQL = `SELECT DISTINCT session_id FROM events WHERE created_at >= ? AND created_at < ?`
+	foldSessionsSQL = spanSessionsSQL + ` ORDER BY session_id`
 	foldEventsSQL   = `SELECT e.session_id, e.seq, e.type, e.created_at,
 	CASE WHEN e.type IN ? THEN e.payload ELSE '' END AS payload
 FROM events e
@@ -621,6 +624,11 @@ func (s *Store) foldChunk(db *gorm.DB, f *metricsFold, ids []string, to UTCTime)
 	return nil
 }
 
+// rejectionsSQL counts the rejected writes of a window per queue and
+// reason (write_rejections' primary key starts with the bucket).
+const rejectionsSQL = `SELECT queue, reason, CAST(SUM(count) AS bigint) AS n FROM write_rejections
+WHERE bucket >= ? AND bucket < ? GROUP BY queue, reason`
+
 // foldRejections adds the rejected writes counted in the window, per queue.
 func (s *Store) foldRejections(ctx context.Context, f *metricsFold, from, to UTCTime) error {
 	var rows []struct {
@@ -628,22 +636,26 @@ func (s *Store) foldRejections(ctx context.Context, f *metricsFold, from, to UTC
 		Reason string
 		N      int64
 	}
-	if err := s.read(ctx).Raw(`SELECT queue, reason, CAST(SUM(count) AS bigint) AS n FROM write_rejections
-WHERE bucket >= ? AND bucket < ? GROUP BY queue, reason`, from, to).Scan(&rows).Error; err != nil {
+	if err := s.read(ctx).Raw(rejectionsSQL, from, to).Scan(&rows).Error; err != nil {
 		return fmt.Errorf("metrics: count rejections: %w", err)
 	}
 	for _, r := range rows {
-		if r.Reason == legacyDuplicate {
-			r.Reason = RejectReplay
-		}
-		f.add(r.Queue, func(a *metricAcc) {
-			if a.rejections == nil {
-				a.rejections = map[string]int64{}
-			}
-			a.rejections[r.Reason] += r.N
-		})
+		addRejections(f, r.Queue, r.Reason, r.N)
 	}
 	return nil
+}
+
+// addRejections adds n rejected writes of a queue for a reason to f.
+func addRejections(f *metricsFold, queue, reason string, n int64) {
+	if reason == legacyDuplicate {
+		reason = RejectReplay
+	}
+	f.add(queue, func(a *metricAcc) {
+		if a.rejections == nil {
+			a.rejections = map[string]int64{}
+		}
+		a.rejections[reason] += n
+	})
 }
 
 // metricAcc accumulates one MetricSet.

@@ -34,10 +34,13 @@ func TestMetricsDashboardFoldsEachEndOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		var folds atomic.Int64
+		// The sessions of the folded spans are read in one statement, a
+		// branch per span: count both.
+		var folds, reads atomic.Int64
 		count := func(db *gorm.DB) {
-			if strings.Contains(db.Statement.SQL.String(), "SELECT DISTINCT session_id FROM events WHERE") {
-				folds.Add(1)
+			if n := strings.Count(db.Statement.SQL.String(), "session_id FROM events WHERE created_at >= "); n > 0 {
+				folds.Add(int64(n))
+				reads.Add(1)
 			}
 		}
 		cb := s.DB.Callback()
@@ -59,12 +62,13 @@ func TestMetricsDashboardFoldsEachEndOnce(t *testing.T) {
 		for _, queue := range []string{"", "billing"} {
 			o := models.MetricsOpts{From: w.t0.Add(-40 * xMin), To: w.t0.Add(7*time.Hour + 20*xMin), Queue: queue}
 			folds.Store(0)
+			reads.Store(0)
 			total, trend, err := s.MetricsDashboard(w.ctx, o, 4)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := folds.Load(); n != 2 {
-				t.Errorf("queue %q: the dashboard folded the event log %d times, want 2 (the window's partial hours)", queue, n)
+			if n, r := folds.Load(), reads.Load(); n != 2 || r != 1 {
+				t.Errorf("queue %q: the dashboard folded %d spans of the event log in %d reads, want 2 (the window's partial hours) in 1", queue, n, r)
 			}
 			all := o
 			all.Queue = ""
@@ -86,6 +90,56 @@ func TestMetricsDashboardFoldsEachEndOnce(t *testing.T) {
 				}
 				same("bucket "+pm.From.Format(time.TimeOnly), pm, want)
 			}
+		}
+	})
+}
+
+// TestMetricsDashboardStatements pins the statements of a metrics request:
+// the dashboard's window and all its trend buckets share each read, so a
+// request sends as many statements with 12 buckets as with 4, and as many
+// as the API's one window: the rollup state, the sessions of the folded
+// ends, their histories, the whole hours' counters, their distinct
+// sessions, which of the ends' sessions those hours counted, the rejected
+// writes, and the figures that are not windowed (SLA and stalled). It sent
+// about 60 with 12 buckets, four per bucket.
+func TestMetricsDashboardStatements(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		w := newMetricsWorld(t, s)
+		buildMetricsHistory(w)
+		w.at(9 * time.Hour)
+		if _, err := s.RollupMetrics(w.ctx); err != nil {
+			t.Fatal(err)
+		}
+		var statements atomic.Int64
+		count := func(*gorm.DB) { statements.Add(1) }
+		cb := s.DB.Callback()
+		for _, reg := range []func() error{
+			func() error { return cb.Row().After("gorm:row").Register("test:statements", count) },
+			func() error { return cb.Raw().After("gorm:raw").Register("test:statements", count) },
+			func() error { return cb.Query().After("gorm:query").Register("test:statements", count) },
+		} {
+			if err := reg(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Both ends inside hours with events, so that every read runs.
+		o := models.MetricsOpts{From: w.t0.Add(30 * xMin), To: w.t0.Add(2*time.Hour + 5*xMin)}
+		const want = 8
+		for _, n := range []int{1, 4, 12} {
+			statements.Store(0)
+			if _, _, err := s.MetricsDashboard(w.ctx, o, n); err != nil {
+				t.Fatal(err)
+			}
+			if got := statements.Load(); got != want {
+				t.Errorf("dashboard with %d buckets: %d statements, want %d", n, got, want)
+			}
+		}
+		statements.Store(0)
+		if _, err := s.ProductMetrics(w.ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		if got := statements.Load(); got != want {
+			t.Errorf("API metrics: %d statements, want %d", got, want)
 		}
 	})
 }

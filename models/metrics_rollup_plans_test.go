@@ -87,6 +87,38 @@ WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
 		}
 	}
 
+	// A dashboard request reads its window and its 12 trend buckets with
+	// one statement per read, a branch per window (the one-window
+	// statement): each branch must keep its index.
+	for name, sql := range models.MetricRollupUnions(13) {
+		if name == "span sessions" || name == "rejections" {
+			continue // span sessions: over events, below
+		}
+		var args []any
+		for b := 0; b < 13; b++ {
+			win := [2]time.Time{end.Add(-24*time.Hour + time.Duration(b)*2*time.Hour), end.Add(-22*time.Hour + time.Duration(b)*2*time.Hour)}
+			if b == 0 {
+				win = windows["24h"]
+			}
+			a, e := models.NewUTCTime(win[0]), models.NewUTCTime(win[1])
+			switch name {
+			case "sums":
+				args = append(args, a, e)
+			case "sessions":
+				args = append(args, a, e, a)
+			case "edge sessions":
+				args = append(args, ids, a, e)
+			}
+		}
+		var plan []string
+		if err := s.DB.Raw("EXPLAIN "+sql, args...).Scan(&plan).Error; err != nil {
+			t.Fatalf("%s over 13 windows: explain: %v", name, err)
+		}
+		if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") {
+			t.Errorf("%s over 13 windows scans a table:\n%s", name, text)
+		}
+	}
+
 	// The fold of a window's partial hours: 200,000 events of 20,000
 	// sessions over 30 days (the foreign key to sessions is not checked
 	// while they are written).
@@ -123,6 +155,19 @@ FROM generate_series(0, %d) g`, events, 30*24*3600, events, events-1),
 		}
 		if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") {
 			t.Errorf("the fold's %s query over a partial hour scans a table:\n%s", name, text)
+		}
+	}
+	// Both partial hours of a window in one read.
+	first := [2]models.UTCTime{models.NewUTCTime(end.Add(-24*time.Hour - 40*time.Minute)), models.NewUTCTime(end.Add(-24 * time.Hour))}
+	for name, args := range map[string][]any{
+		"span sessions": {first[0], first[1], edge[0], edge[1]},
+	} {
+		var plan []string
+		if err := s.DB.Raw("EXPLAIN "+models.MetricRollupUnions(2)[name], args...).Scan(&plan).Error; err != nil {
+			t.Fatalf("%s: explain: %v", name, err)
+		}
+		if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan") {
+			t.Errorf("the %s of a window's two ends scan a table:\n%s", name, text)
 		}
 	}
 }

@@ -259,31 +259,12 @@ type SLAStats struct {
 	BreachEvents int64 `json:"breach_events"`
 }
 
-// SLAStats counts escalations by SLA state with one aggregate query per SLA
-// bucket, whatever the number of sessions.
+// SLAStats counts escalations by SLA state in one statement whatever the
+// number of sessions (countNow).
 func (s *Store) SLAStats(ctx context.Context) (SLAStats, error) {
-	var st SLAStats
-	now := s.now()
-	for _, b := range s.slaBuckets() {
-		breachAt := NewUTCTime(now.Add(-b.budget))
-		nearAt := NewUTCTime(now.Add(-time.Duration(NearBreachFraction * float64(b.budget))))
-		var c struct{ Open, Breached, Near int64 }
-		err := s.DB.WithContext(ctx).Table("sessions").
-			Select(`count(*) AS open,
-				coalesce(sum(CASE WHEN escalated_at <= ? THEN 1 ELSE 0 END), 0) AS breached,
-				coalesce(sum(CASE WHEN escalated_at > ? AND escalated_at <= ? THEN 1 ELSE 0 END), 0) AS near`,
-				breachAt, breachAt, nearAt).
-			Where(inHumanHandsSQL).Where(b.where, b.args...).Scan(&c).Error
-		if err != nil {
-			return st, fmt.Errorf("sla stats: %w", err)
-		}
-		st.Open += c.Open
-		st.Breached += c.Breached
-		st.NearBreach += c.Near
-	}
-	st.OK = st.Open - st.Breached - st.NearBreach
-	if err := s.DB.WithContext(ctx).Model(&Event{}).Where("type = ?", EventEscalationSLABreached).Count(&st.BreachEvents).Error; err != nil {
-		return st, fmt.Errorf("sla stats: breach events: %w", err)
+	st, _, err := s.countNow(ctx, false)
+	if err != nil {
+		return SLAStats{}, fmt.Errorf("sla stats: %w", err)
 	}
 	return st, nil
 }

@@ -41,9 +41,14 @@ const ProblemInboxCounts = "inbox_counts"
 // migrate up.
 const ProblemReviewCounts = "review_counts"
 
+// ProblemNowCounts is the kind of a problem with the metrics' maintained
+// SLA and stalled counts (sla_counts, step_counts; PostgreSQL): not a
+// session's, and rebuilt by migrate up (RepairNowCounts).
+const ProblemNowCounts = "now_counts"
+
 func (p Problem) String() string {
 	switch {
-	case p.Kind == ProblemInboxCounts, p.Kind == ProblemReviewCounts:
+	case p.Kind == ProblemInboxCounts, p.Kind == ProblemReviewCounts, p.Kind == ProblemNowCounts:
 		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
 	case p.SessionID == "":
 		return fmt.Sprintf("checkpoint %d: %s: %s", p.Checkpoint, p.Kind, p.Detail)
@@ -181,6 +186,16 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 			rep.Problems = append(rep.Problems, Problem{Kind: ProblemReviewCounts, Detail: fmt.Sprintf(
 				"%s %q: %d open items counted, %d open items (`taskpilots migrate up` rebuilds them)",
 				d.Table, d.Key, d.Stored, d.Actual)})
+		}
+		if s.Dialect == Postgres {
+			n, err := s.nowCountsDrift(ctx)
+			if err != nil {
+				return rep, err
+			}
+			if n > 0 {
+				rep.Problems = append(rep.Problems, Problem{Kind: ProblemNowCounts, Detail: fmt.Sprintf(
+					"%d rows of sla_counts and step_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
+			}
 		}
 	}
 	if o.Checkpoints != nil && len(o.SessionIDs) == 0 {
