@@ -473,7 +473,7 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	if _, err := s.RepairReviewCounts(ctx); err != nil {
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}
-	// So are the metrics' SLA and stalled counts (PostgreSQL).
+	// So are the metrics' SLA counts (PostgreSQL).
 	if _, err := s.RepairNowCounts(ctx); err != nil {
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}

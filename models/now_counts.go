@@ -13,17 +13,20 @@ import (
 // (StalledStats), read in one statement (and, on PostgreSQL, a second one
 // when an SLA threshold falls in a minute with escalations).
 //
-// On PostgreSQL both come from counts the triggers of migration 00032 keep
-// in the writing transaction: sla_counts, the sessions in human hands per
-// priority and minute of escalated_at, and step_counts, the open sessions
-// with a next_step per step and queue. Counting the sessions themselves
-// read the whole backlog on every metrics request (8,939 sessions in human
-// hands and 5,220 stalled at a million events); the counts are a few rows
-// per priority and minute, and per step. The SLA thresholds move with the
-// clock, so a threshold t (escalated at or before t) is the sum of the
-// minutes before t's own plus, when sla_counts says t's minute has any, an
-// exact count of that minute's sessions (sessions_inbox_idx): at most one
-// minute of escalations per threshold, whatever the backlog
+// On PostgreSQL the SLA figures come from counts the triggers of migration
+// 00032 keep in the writing transaction: sla_counts, the sessions in human
+// hands per priority and minute of escalated_at. Counting the sessions
+// themselves read the whole backlog on every metrics request (8,939
+// sessions in human hands at a million events); the counts are a few rows
+// per priority and minute. The SLA thresholds move with the clock, so a
+// threshold t (escalated at or before t) is the sum of the minutes before
+// t's own plus, when sla_counts says t's minute has any, an exact count of
+// that minute's sessions (sessions_inbox_idx): at most one minute of
+// escalations per threshold, whatever the backlog. The stalled sessions are
+// counted from sessions_stalled_idx, which holds exactly them: a maintained
+// counter per step would be one row that every result naming that next
+// step and every delegation of it updates, and concurrent writers would
+// queue on it (see the migration)
 // (TestNowStatsDoNotReadTheBacklog). SQLite counts the sessions.
 
 // nowRow is one row of the first statement of countNow.
@@ -83,8 +86,7 @@ SELECT 'breaches', '', 0, count(*), 0, 0, 0, 0 FROM events WHERE type = ?`
 	if stalled {
 		q += `
 UNION ALL
-SELECT 'stalled', next_step, 0, CAST(sum(n) AS bigint), 0, 0, 0, 0 FROM step_counts
-WHERE n > 0 AND next_step NOT IN (SELECT routes.step FROM routes) GROUP BY next_step`
+SELECT 'stalled', next_step, 0, count(*), 0, 0, 0, 0 FROM sessions WHERE ` + stalledSQL + ` GROUP BY next_step`
 	}
 	var rows []nowRow
 	if err := s.DB.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
@@ -198,20 +200,16 @@ FROM sessions WHERE `+inHumanHandsSQL+` AND `+b.where)
 	return sla, st, nil
 }
 
-// nowCountsDriftSQL counts the rows of sla_counts and step_counts that
-// differ from the sessions (one grouped read of each backlog), for
-// RepairNowCounts.
-const nowCountsDriftSQL = `SELECT
-(SELECT count(*) FROM (SELECT priority, date_bin('1 minute', escalated_at, timestamptz '1970-01-01 00:00:00+00') AS escalated_min, count(*) AS n
+// nowCountsDriftSQL counts the rows of sla_counts that differ from the
+// sessions (one grouped read of the backlog), for RepairNowCounts.
+const nowCountsDriftSQL = `SELECT count(*) FROM (SELECT priority, date_bin('1 minute', escalated_at, timestamptz '1970-01-01 00:00:00+00') AS escalated_min, count(*) AS n
 	FROM sessions WHERE ` + inHumanHandsSQL + ` GROUP BY 1, 2) e
-	FULL JOIN (SELECT * FROM sla_counts WHERE n <> 0) c USING (priority, escalated_min) WHERE e.n IS DISTINCT FROM c.n)
-+ (SELECT count(*) FROM (SELECT next_step, queue, count(*) AS n FROM sessions WHERE status = 'open' AND next_step <> '' GROUP BY 1, 2) e
-	FULL JOIN (SELECT * FROM step_counts WHERE n <> 0) c USING (next_step, queue) WHERE e.n IS DISTINCT FROM c.n)`
+	FULL JOIN (SELECT * FROM sla_counts WHERE n <> 0) c USING (priority, escalated_min) WHERE e.n IS DISTINCT FROM c.n`
 
-// RepairNowCounts checks the maintained SLA and stalled counts of
+// RepairNowCounts checks the maintained SLA counts of
 // PostgreSQL (migration 00032) against the sessions and, when they differ
 // (something wrote sessions with the triggers disabled), rebuilds them in
-// one write transaction that holds both tables in EXCLUSIVE mode, as
+// one write transaction that holds the table in EXCLUSIVE mode, as
 // RepairInboxCounts does. It returns how many rows were wrong.
 func (s *Store) RepairNowCounts(ctx context.Context) (int64, error) {
 	if s.Dialect != Postgres {
@@ -222,29 +220,26 @@ func (s *Store) RepairNowCounts(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	err = s.Write(ctx, func(tx *Tx) error {
-		tx.Later(failWith("lock sla and stalled counts"), `LOCK TABLE sla_counts, step_counts IN EXCLUSIVE MODE`)
+		tx.Later(failWith("lock sla counts"), `LOCK TABLE sla_counts IN EXCLUSIVE MODE`)
 		tx.Later(failWith("clear sla counts"), `DELETE FROM sla_counts`)
-		tx.Later(failWith("clear stalled counts"), `DELETE FROM step_counts`)
-		tx.Later(failWith("rebuild sla counts"), `INSERT INTO sla_counts (priority, escalated_min, n)
+		_, err := tx.Exec(`INSERT INTO sla_counts (priority, escalated_min, n)
 SELECT priority, date_bin('1 minute', escalated_at, timestamptz '1970-01-01 00:00:00+00'), count(*) FROM sessions
-WHERE `+inHumanHandsSQL+` GROUP BY 1, 2`)
-		_, err := tx.Exec(`INSERT INTO step_counts (next_step, queue, n)
-SELECT next_step, queue, count(*) FROM sessions WHERE status = 'open' AND next_step <> '' GROUP BY 1, 2`)
+WHERE ` + inHumanHandsSQL + ` GROUP BY 1, 2`)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("repair sla and stalled counts: %w", err)
+		return 0, fmt.Errorf("repair sla counts: %w", err)
 	}
-	s.Logger.Warn("sla and stalled counts rebuilt from the sessions", "rows_wrong", drift)
+	s.Logger.Warn("sla counts rebuilt from the sessions", "rows_wrong", drift)
 	return drift, nil
 }
 
-// nowCountsDrift counts the rows of sla_counts and step_counts that differ
+// nowCountsDrift counts the rows of sla_counts that differ
 // from the sessions (PostgreSQL; for verify and RepairNowCounts).
 func (s *Store) nowCountsDrift(ctx context.Context) (int64, error) {
 	var drift int64
 	if err := s.DB.WithContext(ctx).Raw(nowCountsDriftSQL).Scan(&drift).Error; err != nil {
-		return 0, fmt.Errorf("check sla and stalled counts: %w", err)
+		return 0, fmt.Errorf("check sla counts: %w", err)
 	}
 	return drift, nil
 }

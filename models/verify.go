@@ -42,7 +42,7 @@ const ProblemInboxCounts = "inbox_counts"
 const ProblemReviewCounts = "review_counts"
 
 // ProblemNowCounts is the kind of a problem with the metrics' maintained
-// SLA and stalled counts (sla_counts, step_counts; PostgreSQL): not a
+// SLA counts (sla_counts; PostgreSQL): not a
 // session's, and rebuilt by migrate up (RepairNowCounts).
 const ProblemNowCounts = "now_counts"
 
@@ -194,7 +194,7 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 			}
 			if n > 0 {
 				rep.Problems = append(rep.Problems, Problem{Kind: ProblemNowCounts, Detail: fmt.Sprintf(
-					"%d rows of sla_counts and step_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
+					"%d rows of sla_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
 			}
 		}
 	}

@@ -1,6 +1,6 @@
 -- +goose Up
--- PostgreSQL maintains the SLA and stalled counts of the metrics in tables
--- (see its migration 00032); SQLite, a single small deployment, counts the
+-- PostgreSQL maintains the SLA counts of the metrics in a table (see its
+-- migration 00032); SQLite, a single small deployment, counts the
 -- sessions when asked, as before. This migration keeps the numbers of both
 -- dialects in step.
 SELECT 1;
