@@ -201,23 +201,7 @@ func TestInboxCountsVerifyAndRepair(t *testing.T) {
 		if err != nil || len(drift) != 3 {
 			t.Fatalf("drift %+v, %v: want 3 combinations", drift, err)
 		}
-		rep, err := s.Verify(ctx, models.VerifyOpts{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var found int
-		for _, p := range rep.Problems {
-			if p.Kind == models.ProblemInboxCounts {
-				found++
-				if !strings.Contains(p.String(), "inbox_counts: ") {
-					t.Errorf("problem %q", p.String())
-				}
-			}
-		}
-		if found != 3 {
-			js, _ := json.Marshal(rep.Problems)
-			t.Errorf("verify reports %d inbox count problems: %s", found, js)
-		}
+		wantVerifyProblems(ctx, t, s, models.ProblemInboxCounts, 3)
 		fixed, err := s.RepairInboxCounts(ctx)
 		if err != nil || len(fixed) != 3 {
 			t.Fatalf("repair: %+v, %v", fixed, err)
@@ -341,4 +325,27 @@ FROM generate_series(1, ?) AS i`, 2*humans).Error
 		return err
 	})
 	check("count in human hands", func() error { _, err := s.CountInHumanHands(ctx); return err })
+}
+
+// wantVerifyProblems runs a whole verify and wants exactly n problems of the
+// maintained counts' kind, each printed under that kind.
+func wantVerifyProblems(ctx context.Context, t *testing.T, s *models.Store, kind string, n int) {
+	t.Helper()
+	rep, err := s.Verify(ctx, models.VerifyOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found int
+	for _, p := range rep.Problems {
+		if p.Kind == kind {
+			found++
+			if !strings.HasPrefix(p.String(), kind+": ") {
+				t.Errorf("problem %q", p.String())
+			}
+		}
+	}
+	if found != n {
+		js, _ := json.Marshal(rep.Problems)
+		t.Errorf("verify reports %d %s problems, want %d: %s", found, kind, n, js)
+	}
 }

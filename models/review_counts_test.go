@@ -244,23 +244,7 @@ func TestReviewCountsVerifyAndRepair(t *testing.T) {
 		if err != nil || len(drift) != 3 {
 			t.Fatalf("drift %+v, %v: want 3 rows", drift, err)
 		}
-		rep, err := s.Verify(ctx, models.VerifyOpts{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var found int
-		for _, p := range rep.Problems {
-			if p.Kind == models.ProblemReviewCounts {
-				found++
-				if !strings.HasPrefix(p.String(), "review_counts: ") {
-					t.Errorf("problem %q", p.String())
-				}
-			}
-		}
-		if found != 3 {
-			js, _ := json.Marshal(rep.Problems)
-			t.Errorf("verify reports %d review count problems: %s", found, js)
-		}
+		wantVerifyProblems(ctx, t, s, models.ProblemReviewCounts, 3)
 		fixed, err := s.RepairReviewCounts(ctx)
 		if err != nil || len(fixed) != 3 {
 			t.Fatalf("repair: %+v, %v", fixed, err)
