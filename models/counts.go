@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"gorm.io/gorm"
 )
 
 // Bounded counts. The console shows how many sessions each view, filter and
@@ -42,13 +40,6 @@ const (
 	stalledOrder = "next_step, queue, updated_at, id" // sessions_stalled_idx
 	statusOrder  = "status, updated_at, id"           // sessions_status_updated_idx
 )
-
-// cappedCount counts the rows of q up to CountCap+1 into n, as
-// "SELECT count(*) FROM (q ORDER BY order LIMIT 1001)", order naming the
-// index that should serve it (see boundedCount).
-func cappedCount(db, q *gorm.DB, order string, n *int64) error {
-	return db.Raw("SELECT count(*) FROM (?) AS b", q.Select("1").Order(order).Limit(CountCap+1)).Scan(n).Error
-}
 
 // countQuery is one bounded count of a batch: its key, its WHERE, the
 // columns of the index that serves it (see boundedCount) and its arguments.
