@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -220,13 +221,14 @@ func TestInboxCountsVerifyAndRepair(t *testing.T) {
 	})
 }
 
-// sessionRowsRead sums, over the plan of EXPLAIN (ANALYZE, FORMAT JSON), the
-// rows every node reading sessions produced or filtered out, times its
-// loops: how many session rows or index entries the statement read.
-func sessionRowsRead(t *testing.T, s *models.Store, sql string) (float64, string) {
+// rowsRead sums, over the plan of EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON),
+// the rows every node reading one of relations produced or filtered out,
+// times its loops: how many of their rows or index entries the statement
+// read. It returns the plan too, for the failure message.
+func rowsRead(t *testing.T, s *models.Store, sql string, relations ...string) (float64, string) {
 	t.Helper()
 	var out []string
-	if err := s.DB.Raw("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).Scan(&out).Error; err != nil {
+	if err := s.DB.Raw("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).Scan(&out).Error; err != nil {
 		t.Fatalf("explain %s: %v", sql, err)
 	}
 	var plans []struct {
@@ -238,7 +240,7 @@ func sessionRowsRead(t *testing.T, s *models.Store, sql string) (float64, string
 	var walk func(n map[string]any) float64
 	walk = func(n map[string]any) float64 {
 		var sum float64
-		if n["Relation Name"] == "sessions" {
+		if rel, _ := n["Relation Name"].(string); slices.Contains(relations, rel) {
 			loops, _ := n["Actual Loops"].(float64)
 			for _, k := range []string{"Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck"} {
 				v, _ := n[k].(float64)
@@ -254,6 +256,12 @@ func sessionRowsRead(t *testing.T, s *models.Store, sql string) (float64, string
 		return sum
 	}
 	return walk(plans[0].Plan), strings.Join(out, "\n")
+}
+
+// sessionRowsRead is rowsRead over sessions.
+func sessionRowsRead(t *testing.T, s *models.Store, sql string) (float64, string) {
+	t.Helper()
+	return rowsRead(t, s, sql, "sessions")
 }
 
 // TestInboxCountsDoNotReadTheBacklog is the plan test of the maintained

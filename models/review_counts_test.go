@@ -2,7 +2,6 @@ package models_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -260,43 +259,6 @@ func TestReviewCountsVerifyAndRepair(t *testing.T) {
 	})
 }
 
-// reviewRowsRead sums, over the plan of EXPLAIN (ANALYZE, FORMAT JSON), the
-// rows every node reading review_items, review_scores or review_claims
-// produced or filtered out, times its loops.
-func reviewRowsRead(t *testing.T, s *models.Store, sql string) (float64, string) {
-	t.Helper()
-	var out []string
-	if err := s.DB.Raw("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).Scan(&out).Error; err != nil {
-		t.Fatalf("explain %s: %v", sql, err)
-	}
-	var plans []struct {
-		Plan map[string]any `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(strings.Join(out, "")), &plans); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(n map[string]any) float64
-	walk = func(n map[string]any) float64 {
-		var sum float64
-		switch n["Relation Name"] {
-		case "review_items", "review_scores", "review_claims":
-			loops, _ := n["Actual Loops"].(float64)
-			for _, k := range []string{"Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck"} {
-				v, _ := n[k].(float64)
-				sum += v * loops
-			}
-		}
-		kids, _ := n["Plans"].([]any)
-		for _, k := range kids {
-			if m, ok := k.(map[string]any); ok {
-				sum += walk(m)
-			}
-		}
-		return sum
-	}
-	return walk(plans[0].Plan), strings.Join(out, "\n")
-}
-
 // TestReviewQueueDoesNotReadTheBacklog is the plan test of the review
 // queue at scale: with 20,000 open items (a tenth of them double, 400
 // halfway through), 40,000 scored ones and thousands of lapsed claims, the
@@ -363,7 +325,7 @@ FROM generate_series(1, 40000) AS i WHERE i % 3 = 0`,
 			if !strings.Contains(q, "review_") {
 				continue
 			}
-			read, plan := reviewRowsRead(t, s, q)
+			read, plan := rowsRead(t, s, q, "review_items", "review_scores", "review_claims")
 			t.Logf("%s: %.0f review rows read: %.300s", name, read, q)
 			if read > bound {
 				t.Errorf("%s reads %.0f review rows (bound %.0f, %d open items):\n%.1500s\n%.4000s", name, read, bound, open, q, plan)
