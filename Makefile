@@ -9,16 +9,23 @@ GO    ?= go
 export GOTOOLCHAIN := auto
 
 # Packages whose tests exercise concurrency (leases, long polls, the HTTP
-# server, the worker client against the server) also run under the race
-# detector. cmd/ is left
-# out: its tests run the same code paths through the CLI, and -race on the
-# pure-Go SQLite driver is slow on two cores. The race run leaves out the
-# query-plan tests at scale and the index upkeep's bloat test (RACE_SKIP):
-# they ran in full in the plain run, they check what PostgreSQL plans or
-# stores for one statement at a time, and building their tables again finds
-# no race.
+# server, the worker client against the server) run under the race detector,
+# and only there: the race run is the same tests with a detector on, so
+# running them once more without it found nothing the race run would miss
+# and cost about a fifth of CI. Two kinds of their tests run without the
+# detector instead (PLAIN_ONLY), and only there:
+#   - the query-plan tests at scale and the index upkeep's bloat test: they
+#     check what PostgreSQL plans or stores for one statement at a time over
+#     up to a million rows, single-threaded, where the detector has nothing
+#     to find and would only slow the building of their tables;
+#   - the rapid property tests (named *Property*; scripts/check.sh holds
+#     every rapid.Check test to that name): random command sequences run
+#     one at a time, which the detector would only slow several times over.
+# cmd/ is left out of the race run: its tests run the same code paths
+# through the CLI, and -race on the pure-Go SQLite driver is slow on two
+# cores.
 RACE_PKGS ?= ./models ./handlers ./web ./clienttest
-RACE_SKIP ?= Plans|AtScale|ScalesOnPostgres|ScaleOnPostgres|BatchPlan|ReadTheBacklog|TestIndexUpkeep
+PLAIN_ONLY ?= Plans|AtScale|ScalesOnPostgres|ScaleOnPostgres|BatchPlan|ReadTheBacklog|TestIndexUpkeep|Property
 
 # The Go client is its own module (client/go.mod, standard library only):
 # ./... at the root does not reach it, so test-go runs its tests there too.
@@ -74,13 +81,18 @@ $(PY_VENV)/.installed: client/python/pyproject.toml scripts/python-venv.sh
 # real server) takes about two minutes on a quiet machine; the default ten
 # minutes per package is too tight on a loaded one.
 test-go:
-	$(GO) test -count=1 -timeout 30m ./...
+	@set -u; race=$$($(GO) list $(RACE_PKGS)); plain=$$($(GO) list ./... | grep -vxF "$$race"); \
+	out=$$(mktemp -d); rc=0; \
+	echo "go test (no -race): every package but $(RACE_PKGS), and their $(PLAIN_ONLY) tests, side by side"; \
+	$(GO) test -count=1 -timeout 30m $$plain >$$out/plain.log 2>&1 & p1=$$!; \
+	$(GO) test -count=1 -timeout 30m -run '$(PLAIN_ONLY)' $(RACE_PKGS) >$$out/plans.log 2>&1 & p2=$$!; \
+	wait $$p1 || rc=1; wait $$p2 || rc=1; cat $$out/plain.log $$out/plans.log; rm -rf $$out; exit $$rc
 	cd $(CLIENT_DIR) && $(GO) test -count=1 ./...
-	$(GO) test -race -short -count=1 -timeout 30m -skip '$(RACE_SKIP)' $(RACE_PKGS)
-	cd $(CLIENT_DIR) && $(GO) test -race -short -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m -skip '$(PLAIN_ONLY)' $(RACE_PKGS)
+	cd $(CLIENT_DIR) && $(GO) test -race -count=1 ./...
 
 test-race: npm-deps ## only the -race run
-	scripts/test-postgres.sh $(GO) test -race -count=1 -skip '$(RACE_SKIP)' $(RACE_PKGS)
+	scripts/test-postgres.sh $(GO) test -race -count=1 -skip '$(PLAIN_ONLY)' $(RACE_PKGS)
 	cd $(CLIENT_DIR) && $(GO) test -race -count=1 ./...
 
 generate: ## regenerate templ components (commit the *_templ.go files)

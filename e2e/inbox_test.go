@@ -149,10 +149,14 @@ func TestInboxHighlightsNewRows(t *testing.T) {
 		t.Errorf("old row highlighted %v, title %q", oldNew, title)
 	}
 	// Another refresh keeps the highlight: the user has not looked yet.
+	// The row is focused by script, in one step: WaitVisible may still see
+	// the row of the previous list when the refresh's swap replaces it, and
+	// chromedp.Focus would then act on a node that is gone (a flake seen on
+	// a loaded machine: "Could not find node with given id").
 	run(t, ctx,
 		refreshInbox,
 		chromedp.WaitVisible(sessionRow(fresh)+`.is-new`),
-		chromedp.Focus(sessionRow(fresh)+` a`),
+		chromedp.Evaluate(`document.querySelector('`+sessionRow(fresh)+` a').focus()`, nil),
 		chromedp.WaitNotPresent(sessionRow(fresh)+`.is-new`),
 	)
 }

@@ -19,7 +19,7 @@ import (
 // build the generic values it rewrites the first encoding in place: members
 // sorted by key, strings and numbers copied as they are unless their bytes
 // could come out differently from a decode and encode, which then do exactly
-// that for the one string. TestCanonicalMatchesRoundTrip holds the two to the
+// that for the one string. TestCanonicalRoundTripProperty holds the two to the
 // same bytes.
 func Canonical(v any) ([]byte, error) {
 	b, err := json.Marshal(v)

@@ -117,9 +117,9 @@ func goValue(t *rapid.T, depth int) any {
 	}
 }
 
-// TestCanonicalMatchesRoundTrip holds Canonical's in-place rewrite to its
+// TestCanonicalRoundTripProperty holds Canonical's in-place rewrite to its
 // definition, byte for byte: event hashes and stored payloads depend on it.
-func TestCanonicalMatchesRoundTrip(t *testing.T) {
+func TestCanonicalRoundTripProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		v := goValue(t, 0)
 		want, wantErr := roundTripCanonical(v)

@@ -119,13 +119,8 @@ func ComputeHash(e Event) string {
 	if t, ok := parseTombstone(e.Payload); ok {
 		return t.hash(e, key)
 	}
-	payload := []byte(e.Payload)
-	if !json.Valid(payload) {
-		// A corrupted payload must still hash (to a mismatch), not fail.
-		payload, _ = json.Marshal(e.Payload)
-	}
 	buf := hashBufs.Get().(*[]byte)
-	b := appendHashInput((*buf)[:0], e, key, payload)
+	b := appendStoredHashInput((*buf)[:0], e, key, e.Payload)
 	sum := sha256.Sum256(b)
 	*buf = b
 	hashBufs.Put(buf)

@@ -67,14 +67,22 @@ func FuzzHashInput(f *testing.F) {
 	f.Add("ses_\u2028", "user:é", "", "", "{ \"a\" : [1, 2] }", int64(-1))
 	f.Add("s", "a", "k\x00", "p", `"\u2029"`, int64(0))
 	f.Fuzz(func(t *testing.T, sid, actor, key, prev, payload string, seq int64) {
+		e := Event{SessionID: sid, Seq: seq, Type: EventType(actor + "x"), Actor: actor, VersionBefore: seq - 1,
+			VersionAfter: seq, PrevHash: prev, CreatedAt: NewUTCTime(time.Unix(seq%1e9, 0))}
+		// A stored payload may be corrupted into anything: it must hash,
+		// never panic.
+		stored := e
+		stored.Payload, stored.IdempotencyKey = payload, &key
+		_ = ComputeHash(stored)
 		if !json.Valid([]byte(payload)) {
 			return
 		}
-		e := Event{SessionID: sid, Seq: seq, Type: EventType(actor + "x"), Actor: actor, VersionBefore: seq - 1,
-			VersionAfter: seq, PrevHash: prev, CreatedAt: NewUTCTime(time.Unix(seq%1e9, 0))}
-		got := appendHashInput(nil, e, key, []byte(payload))
-		if want := marshalHashInput(t, e, key, []byte(payload)); !bytes.Equal(got, want) {
+		want := marshalHashInput(t, e, key, []byte(payload))
+		if got := appendHashInput(nil, e, key, []byte(payload)); !bytes.Equal(got, want) {
 			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+		if got := appendStoredHashInput(nil, e, key, payload); !bytes.Equal(got, want) {
+			t.Fatalf("stored payload:\n got %s\nwant %s", got, want)
 		}
 	})
 }

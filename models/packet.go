@@ -526,7 +526,7 @@ func encodedLen(v any) int {
 // jsonStringLen is len(json.Marshal(s)) without the encoding: quotes, two
 // bytes for the short escapes, six for \u escapes (control characters, HTML
 // characters, U+2028 and U+2029, and each byte of invalid UTF-8, which
-// becomes \ufffd). TestJSONStringLen checks it against encoding/json.
+// becomes \ufffd). TestJSONStringLenProperty checks it against encoding/json.
 func jsonStringLen(s string) int {
 	n := 2
 	for i := 0; i < len(s); {

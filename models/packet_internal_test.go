@@ -7,9 +7,9 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestJSONStringLen: the budget counts strings exactly as encoding/json
+// TestJSONStringLenProperty: the budget counts strings exactly as encoding/json
 // writes them.
-func TestJSONStringLen(t *testing.T) {
+func TestJSONStringLenProperty(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "a", "<>&", "\"\\", "\n\r\t\b\f\x00\x1f", "é日本\u2028\u2029", "\xff\xfe", "a\xe2\x80"} {
 		if b, _ := json.Marshal(s); jsonStringLen(s) != len(b) {

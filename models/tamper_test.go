@@ -47,9 +47,11 @@ func TestTamperDetected(t *testing.T) {
 		chain := tamperable(ctx, t, s)
 		proj := tamperable(ctx, t, s)
 		deleted := tamperable(ctx, t, s)
+		broken := tamperable(ctx, t, s)
+		spaced := tamperable(ctx, t, s)
 
 		rep, err := s.Verify(ctx, models.VerifyOpts{})
-		if err != nil || !rep.OK() || rep.Sessions != 5 || rep.Events != 25 {
+		if err != nil || !rep.OK() || rep.Sessions != 7 || rep.Events != 35 {
 			t.Fatalf("verify before tampering = %+v, %v", rep, err)
 		}
 
@@ -62,6 +64,11 @@ func TestTamperDetected(t *testing.T) {
 		}
 		// An event's payload rewritten: its hash no longer matches.
 		exec(`UPDATE events SET payload = ? WHERE session_id = ? AND seq = 4`, `{"reason":"nobody asked"}`, payload)
+		// A payload corrupted into invalid JSON, once compact (its bytes are
+		// hashed as they are) and once with spaces (hashed as a JSON
+		// string): a hash mismatch either way, and replay stops there.
+		exec(`UPDATE events SET payload = ? WHERE session_id = ? AND seq = 4`, `{"reason":"nobody asked"`, broken)
+		exec(`UPDATE events SET payload = ? WHERE session_id = ? AND seq = 4`, `{ "reason": "nobody asked"`, spaced)
 		// A prev_hash broken: the chain no longer links.
 		exec(`UPDATE events SET prev_hash = ? WHERE session_id = ? AND seq = 3`, strings.Repeat("0", 64), chain)
 		// The projection edited: the stored state is not what the log replays to.
@@ -79,6 +86,10 @@ func TestTamperDetected(t *testing.T) {
 			kind string
 		}{
 			{payload, 4, models.ProblemHash},
+			{broken, 4, models.ProblemHash},
+			{broken, 4, models.ProblemReplay},
+			{spaced, 4, models.ProblemHash},
+			{spaced, 4, models.ProblemReplay},
 			{chain, 3, models.ProblemChain},
 			{proj, 5, models.ProblemProjection},
 			{deleted, 4, models.ProblemProjection},
