@@ -3,6 +3,7 @@ package models_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -557,5 +558,32 @@ FROM generate_series(1, ?) AS i`, n).Error
 				t.Fatalf("%s: no next page after page %d", tc.name, p)
 			}
 		}
+	}
+
+	// The page statement keeps its plan: PostgreSQL plans a prepared
+	// statement for its first five executions and then, when the generic
+	// plan's estimate is no worse, never again on that connection. With the
+	// priority and the LIMIT as parameters the generic estimate stayed
+	// above the custom plans' at this size, so every view was planned
+	// again (1.0 ms of each inbox view at a million events).
+	one, err := models.Open(ctx, s.URL(), models.OpenOpts{Logger: slog.New(slog.DiscardHandler), MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	const views = 8
+	for range views {
+		if _, err := one.Inbox(ctx, models.InboxOpts{Me: "user:usr_3", Limit: 50}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var plans struct{ Generic, Custom int64 }
+	if err := one.DB.Raw(`SELECT generic_plans AS generic, custom_plans AS custom FROM pg_prepared_statements
+		WHERE statement LIKE 'SELECT 0 AS kind, r.*%'`).Scan(&plans).Error; err != nil {
+		t.Fatal(err)
+	}
+	if plans.Generic+plans.Custom != views || plans.Generic < views-5 {
+		t.Fatalf("inbox page statement over %d views: %d generic plans, %d custom (want the generic plan from the sixth view on)",
+			views, plans.Generic, plans.Custom)
 	}
 }
