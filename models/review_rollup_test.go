@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,6 +160,29 @@ func TestReviewStatsRollupMatchesScores(t *testing.T) {
 			}
 		}
 		compare("scored")
+
+		// A window of whole days reads the rollup alone; one that starts
+		// mid-day also reads that day's scores (the first score planned
+		// falls in the part the window leaves out).
+		captured := captureSQL(t, s)
+		readsScores := func(o models.ReviewStatsOpts) bool {
+			*captured = (*captured)[:0]
+			if _, err := s.ReviewStatsFor(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range *captured {
+				if strings.Contains(q, "FROM review_scores r JOIN review_items") {
+					return true
+				}
+			}
+			return false
+		}
+		if readsScores(models.ReviewStatsOpts{From: t0, To: t0.Add(7 * day)}) {
+			t.Error("a window of whole days read review_scores")
+		}
+		if from := plan[0].at.Add(time.Second); !readsScores(models.ReviewStatsOpts{From: from, To: from.Truncate(day).Add(3 * day)}) {
+			t.Errorf("a window from %s did not read the scores of its first day", from)
+		}
 		all, err := s.ReviewStatsFor(ctx, models.ReviewStatsOpts{From: t0.Add(-day), To: t0.Add(20 * day)})
 		if err != nil || all.Agreement.Items < 8 || all.Clarity.Items < 10 || all.Clarity.Pearson == nil {
 			t.Fatalf("the data covers too little: %+v %v", all, err)
