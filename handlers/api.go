@@ -10,7 +10,7 @@ import (
 	"github.com/taskpilots/handoff/models"
 )
 
-// API serves the JSON API of API.md under /api/v1: thin handlers that bind a
+// API serves the JSON API (README "JSON API") under /api/v1: thin handlers that bind a
 // request strictly, check the caller's token and role, call one models
 // function and answer JSON. Errors are returned, never written here; the
 // server's error handler turns them into problem+json with WriteProblem.

@@ -8,7 +8,7 @@ import (
 	"github.com/taskpilots/handoff/models"
 )
 
-// Webhooks (API.md "Webhooks"): admin tokens only.
+// Webhooks (README "Receiving webhooks"): admin tokens only.
 
 // webhookCreated is the answer to POST /webhooks; the secret is shown once,
 // and again to a repeat with the same Idempotency-Key (the same caller).

@@ -78,7 +78,7 @@ func MetricsRange(window, from, to, queue string, now time.Time) (string, models
 }
 
 // ProductMetrics serves GET /api/v1/metrics?window=24h|7d|30d&queue=NAME (or
-// from=TIME&to=TIME for a custom range): the product metrics of DESIGN.md
+// from=TIME&to=TIME for a custom range): the product metrics (README "Product metrics")
 // for the window ending now, overall and per queue (only NAME when queue is
 // given).
 func ProductMetrics(s *models.Store) echo.HandlerFunc {

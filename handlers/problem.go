@@ -12,7 +12,7 @@ import (
 	"github.com/taskpilots/handoff/models"
 )
 
-// Problem is an RFC 9457 problem+json body, as API.md specifies.
+// Problem is an RFC 9457 problem+json body, as the API reference specifies (handlers/openapi.json).
 type Problem struct {
 	Type           string              `json:"type"`
 	Title          string              `json:"title"`

@@ -39,7 +39,7 @@ const (
 	JoinUnmet    = "unmet" // every child finished, and too few completed
 )
 
-// Bounds of a fan-out (API.md).
+// Bounds of a fan-out (README "JSON API").
 const (
 	MaxChildren               = 50
 	DefaultJoinTimeoutSeconds = 600

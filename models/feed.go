@@ -1,7 +1,7 @@
 package models
 
 // The event feed: every committed event, told once, in an order consistent
-// with each session's seq (DESIGN.md invariant 11).
+// with each session's seq (README "Following the event feed").
 //
 // Why a position assigned after commit. The obvious feed key, a sequence or
 // identity column (or the insert time) assigned when the event row is

@@ -64,8 +64,8 @@ func (r *naiveReader) poll(ctx context.Context) error {
 	}
 }
 
-// TestFeedExactlyOnceUnderLateCommits is the feed's promise (DESIGN.md
-// invariant 11) under the load that breaks the naive design: 16 writers
+// TestFeedExactlyOnceUnderLateCommits is the feed's promise (README
+// "Following the event feed") under the load that breaks the naive design: 16 writers
 // whose transactions commit late and out of order, the sequencer running as
 // in the server, and one reader following next_cursor all along. At the end
 // the reader has seen every committed event exactly once, each session's in

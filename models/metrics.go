@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,7 @@ import (
 	"gorm.io/gorm"
 )
 
-// Product metrics (DESIGN.md "Metrics"), computed from the event log over a
+// Product metrics (README "Product metrics"), computed from the event log over a
 // window [From, To) for the whole system and per queue. The console, the
 // Prometheus endpoint's descriptions and GET /api/v1/metrics share these
 // definitions; each is spelled out on its type below.
@@ -592,30 +593,15 @@ func (s *Store) foldChunk(db *gorm.DB, f *metricsFold, ids []string, to UTCTime)
 	defer rows.Close()
 	var sf *sessionFold
 	for rows.Next() {
-		var (
-			sid, typ, payload string
-			seq               int64
-			at                UTCTime
-		)
-		if err := rows.Scan(&sid, &seq, &typ, &at, &payload); err != nil {
-			return fmt.Errorf("metrics: scan event: %w", err)
+		ev, err := scanFoldEvent(rows)
+		if err != nil {
+			return err
 		}
-		if sf == nil || sf.id != sid {
+		if sf == nil || sf.id != ev.sessionID {
 			f.finish(sf)
-			sf = f.newSession(sid)
+			sf = f.newSession(ev.sessionID)
 		}
-		var p metricPayload
-		if payload != "" {
-			if err := json.Unmarshal([]byte(payload), &p); err != nil {
-				return fmt.Errorf("metrics: session %s seq %d: decode %s payload: %w", sid, seq, typ, err)
-			}
-		}
-		f.apply(sf, EventType(typ), at.Time, p)
-		if f.in(at.Time) {
-			// A committed write: the session's queue after the event, as
-			// the Observer and a rejection see it.
-			f.add(sf.queue, func(a *metricAcc) { a.committed++ })
-		}
+		f.step(sf, ev)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("metrics: read events: %w", err)
@@ -868,6 +854,44 @@ const (
 )
 
 // apply folds one event, at time at, into the session and the accumulators.
+// foldEvent is one event of a history being folded, its payload decoded.
+type foldEvent struct {
+	sessionID string
+	typ       EventType
+	at        time.Time
+	payload   metricPayload
+}
+
+// scanFoldEvent scans a row of foldEventsSQL (or the spans' reading of the
+// same columns) and decodes its payload.
+func scanFoldEvent(rows *sql.Rows) (foldEvent, error) {
+	var (
+		sid, typ, payload string
+		seq               int64
+		at                UTCTime
+	)
+	if err := rows.Scan(&sid, &seq, &typ, &at, &payload); err != nil {
+		return foldEvent{}, fmt.Errorf("metrics: scan event: %w", err)
+	}
+	ev := foldEvent{sessionID: sid, typ: EventType(typ), at: at.Time}
+	if payload != "" {
+		if err := json.Unmarshal([]byte(payload), &ev.payload); err != nil {
+			return foldEvent{}, fmt.Errorf("metrics: session %s seq %d: decode %s payload: %w", sid, seq, typ, err)
+		}
+	}
+	return ev, nil
+}
+
+// step applies ev to sf and, when it falls in the window, counts it as a
+// committed write: the session's queue after the event, as the Observer and
+// a rejection see it.
+func (f *metricsFold) step(sf *sessionFold, ev foldEvent) {
+	f.apply(sf, ev.typ, ev.at, ev.payload)
+	if f.in(ev.at) {
+		f.add(sf.queue, func(a *metricAcc) { a.committed++ })
+	}
+}
+
 func (f *metricsFold) apply(sf *sessionFold, t EventType, at time.Time, p metricPayload) {
 	in := f.in(at)
 	touch := func(queue string) {

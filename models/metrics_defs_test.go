@@ -11,7 +11,7 @@ import (
 	"github.com/taskpilots/handoff/models/storetest"
 )
 
-// The tests below pin each metric definition of DESIGN.md "Metrics" to a
+// The tests below pin each metric definition of README "Product metrics" to a
 // small history with exact figures, per queue and overall.
 
 func (w *metricsWorld) heartbeat(l *models.Lease) {

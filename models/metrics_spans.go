@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -201,32 +200,19 @@ func foldChunkSpans(db *gorm.DB, ids []string, to UTCTime, open func(sid string)
 		}
 	}
 	for rows.Next() {
-		var (
-			sid, typ, payload string
-			seq               int64
-			at                UTCTime
-		)
-		if err := rows.Scan(&sid, &seq, &typ, &at, &payload); err != nil {
-			return fmt.Errorf("metrics: scan event: %w", err)
+		ev, err := scanFoldEvent(rows)
+		if err != nil {
+			return err
 		}
-		if !started || cur != sid {
+		if !started || cur != ev.sessionID {
 			finish()
-			started, cur, folds = true, sid, open(sid)
-		}
-		var p metricPayload
-		if payload != "" {
-			if err := json.Unmarshal([]byte(payload), &p); err != nil {
-				return fmt.Errorf("metrics: session %s seq %d: decode %s payload: %w", sid, seq, typ, err)
-			}
+			started, cur, folds = true, ev.sessionID, open(ev.sessionID)
 		}
 		for _, f := range folds {
-			if !at.Time.Before(f.to) {
+			if !ev.at.Before(f.to) {
 				continue // after this span's end: its own read would stop before it
 			}
-			f.fold.apply(f.sf, EventType(typ), at.Time, p)
-			if f.fold.in(at.Time) {
-				f.fold.add(f.sf.queue, func(a *metricAcc) { a.committed++ })
-			}
+			f.fold.step(f.sf, ev)
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -70,7 +70,7 @@ type PacketBudget struct {
 	Trimmed  []string `json:"trimmed"`
 }
 
-// Byte budget of a packet (API.md, context packet v2).
+// Byte budget of a packet (README "JSON API", context packet v2).
 const (
 	DefaultPacketMaxBytes = 32768
 	MinPacketMaxBytes     = 4096

@@ -26,7 +26,7 @@ const (
 	DelegationCancelled DelegationStatus = "cancelled" // session cancelled or escalated by a controller
 )
 
-// Bounds and defaults of a delegation (API.md).
+// Bounds and defaults of a delegation (README "JSON API").
 const (
 	DefaultLeaseSeconds = 30
 	MaxLeaseSeconds     = 3600

@@ -166,37 +166,13 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 	// already, so a stable sort by session gives the sequential order.
 	sort.SliceStable(rep.Problems, func(i, j int) bool { return rep.Problems[i].SessionID < rep.Problems[j].SessionID })
 	if len(o.SessionIDs) == 0 {
-		// The inbox's counts are derived from every session, so only a
+		// The maintained counts are derived from every session, so only a
 		// whole verify checks them.
-		drift, err := s.VerifyInboxCounts(ctx)
+		probs, err := s.countProblems(ctx)
 		if err != nil {
 			return rep, err
 		}
-		for _, d := range drift {
-			rep.Problems = append(rep.Problems, Problem{Kind: ProblemInboxCounts, Detail: fmt.Sprintf(
-				"%s, queue %q, priority %d, reason %q, assignee %q: %d counted, %d sessions (`taskpilots migrate up` rebuilds them)",
-				d.Status, d.Queue, d.Priority, d.ReasonCode, d.Assignee, d.Stored, d.Actual)})
-		}
-		// So are the review queue's, from every item.
-		rdrift, err := s.VerifyReviewCounts(ctx)
-		if err != nil {
-			return rep, err
-		}
-		for _, d := range rdrift {
-			rep.Problems = append(rep.Problems, Problem{Kind: ProblemReviewCounts, Detail: fmt.Sprintf(
-				"%s %q: %d open items counted, %d open items (`taskpilots migrate up` rebuilds them)",
-				d.Table, d.Key, d.Stored, d.Actual)})
-		}
-		if s.Dialect == Postgres {
-			n, err := s.nowCountsDrift(ctx)
-			if err != nil {
-				return rep, err
-			}
-			if n > 0 {
-				rep.Problems = append(rep.Problems, Problem{Kind: ProblemNowCounts, Detail: fmt.Sprintf(
-					"%d rows of sla_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
-			}
-		}
+		rep.Problems = append(rep.Problems, probs...)
 	}
 	if o.Checkpoints != nil && len(o.SessionIDs) == 0 {
 		sum, probs, err := s.VerifyCheckpoints(ctx, *o.Checkpoints)
@@ -208,6 +184,42 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
+}
+
+// countProblems checks the counts that triggers keep beside the sessions and
+// review items (inbox_counts, review_counts and review_reviewer_counts, and
+// on PostgreSQL sla_counts) against what they count.
+func (s *Store) countProblems(ctx context.Context) ([]Problem, error) {
+	var probs []Problem
+	drift, err := s.VerifyInboxCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range drift {
+		probs = append(probs, Problem{Kind: ProblemInboxCounts, Detail: fmt.Sprintf(
+			"%s, queue %q, priority %d, reason %q, assignee %q: %d counted, %d sessions (`taskpilots migrate up` rebuilds them)",
+			d.Status, d.Queue, d.Priority, d.ReasonCode, d.Assignee, d.Stored, d.Actual)})
+	}
+	rdrift, err := s.VerifyReviewCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range rdrift {
+		probs = append(probs, Problem{Kind: ProblemReviewCounts, Detail: fmt.Sprintf(
+			"%s %q: %d open items counted, %d open items (`taskpilots migrate up` rebuilds them)",
+			d.Table, d.Key, d.Stored, d.Actual)})
+	}
+	if s.Dialect == Postgres {
+		n, err := s.nowCountsDrift(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			probs = append(probs, Problem{Kind: ProblemNowCounts, Detail: fmt.Sprintf(
+				"%d rows of sla_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
+		}
+	}
+	return probs, nil
 }
 
 // verifyProgressEvery is how many sessions pass between two Progress calls.

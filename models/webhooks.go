@@ -19,10 +19,10 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// Webhooks (API.md "Webhooks"): an admin registers a URL and the event
+// Webhooks (README "Receiving webhooks"): an admin registers a URL and the event
 // types it wants; every matching committed event is POSTed to it, signed per
 // the Standard Webhooks specification, at least once, in each session's seq
-// order (DESIGN.md invariant 11).
+// order (the feed's order, README "Following the event feed").
 //
 // Webhooks are built on the event feed, never on the write path: the write
 // path does not know they exist. A dispatcher (web.Dispatcher) repeats:

@@ -51,7 +51,7 @@ func routes(e *echo.Echo, s *models.Store, cfg Config, auth *handlers.Auth, m *m
 	// The API reference, rendered from the OpenAPI document (public).
 	e.GET(handlers.APIDocsPath, handlers.APIDocs)
 
-	// The JSON API of API.md. Body limit, CSRF exemption and problem+json
+	// The JSON API (README "JSON API", handlers/openapi.json). Body limit, CSRF exemption and problem+json
 	// errors apply to it through the global middleware and error handler.
 	api := e.Group("/api/v1")
 	(&handlers.API{Store: s, Log: log}).Register(api)
