@@ -208,58 +208,25 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	from, prefix, args := "sessions", "", []any(nil)
 	if o.Search != "" {
 		where, a := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
-		materialized := ""
+		materialized, src := "", "sessions"
 		if s.Dialect == Postgres {
-			materialized = "MATERIALIZED "
+			// The dense copy of the inbox sessions (migration 00034): the
+			// matches sit on a few hundred pages instead of one page each.
+			materialized, src = "MATERIALIZED ", "inbox_rows"
 		}
-		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM sessions WHERE " + inboxWhere + where + ")\n"
+		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM " + src + " WHERE " + inboxWhere + where + ")\n"
 		from, args = "m", a
 	}
 	unsearched := o
 	unsearched.Search = ""
 	filter, fa := s.inboxFilterSQL(unsearched)
-	var branches []string
-	for p := MinPriority; p <= MaxPriority; p++ {
-		if o.Priority != 0 && p != o.Priority {
-			continue
-		}
-		// The priority and the limits are literals, not parameters: with
-		// them unknown, a generic plan's estimate (a tenth of the rows per
-		// LIMIT) stays above the custom plans' at a million events, so
-		// PostgreSQL planned the statement again on every view, 1.0 ms
-		// of a 1.1 ms execution (0.1 ms at ten thousand, where the
-		// generic plan won). TestInboxScalesOnPostgres holds it to one plan.
-		q := "SELECT " + inboxColumns + " FROM " + from + " WHERE " + inboxBase(o.InboxFilter) + " AND priority = " + strconv.Itoa(p) + filter
-		args = append(args, fa...)
-		if after != nil {
-			// Rows of priority p after the cursor: due later, or due at the
-			// same time with a greater (priority, escalated_at, id).
-			due := after.EscalatedAt.Add(policy.For(after.Priority))
-			from := NewUTCTime(due.Add(-policy.For(p)))
-			switch {
-			case p == after.Priority:
-				q += " AND (escalated_at, id) > (" + s.timeParam() + ", ?)"
-				args = append(args, after.EscalatedAt, after.ID)
-			case p < after.Priority:
-				q += " AND escalated_at > " + s.timeParam()
-				args = append(args, from)
-			default:
-				q += " AND escalated_at >= " + s.timeParam()
-				args = append(args, from)
-			}
-		}
-		// One row more than the page tells whether there is a next page.
-		q += " ORDER BY escalated_at, id LIMIT " + strconv.Itoa(o.Limit+1)
-		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
+	var page string
+	if due, ok := s.inboxDueSQL(policy); ok && o.Search != "" {
+		page, args = s.inboxMatchesPage(o, after, policy, due, filter, fa, args)
+	} else {
+		page, args = s.inboxBranchesPage(o, after, policy, from, filter, fa, args)
 	}
-	page := "SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS u"
-	if due, ok := s.inboxDueSQL(policy); ok && len(branches) > 1 {
-		// Merged and cut to one page on the server, in the inbox order: the
-		// branches hold up to five pages' worth of rows, which cost more to
-		// send and scan than the rest of the inbox.
-		page = "SELECT * FROM (SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS v\nORDER BY " + due + ", priority, escalated_at, id LIMIT " + strconv.Itoa(o.Limit+1) + ") AS u"
-	}
-	branches = []string{"SELECT 0 AS kind, r.*, 0 AS mine, 0 AS unassigned, 0 AS n FROM (" + page + ") AS r"}
+	branches := []string{"SELECT 0 AS kind, r.*, 0 AS mine, 0 AS unassigned, 0 AS n FROM (" + page + ") AS r"}
 	// The facet counts travel in the same statement (see inboxCounts).
 	facets, facetArgs, cut := s.inboxFacetSQL(o, from)
 	branches = append(branches, facets...)
@@ -280,6 +247,78 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	}
 	out.Counts, err = s.inboxCounts(ctx, o, groups, queueSums, cut)
 	return out, err
+}
+
+// inboxBranchesPage is the page part of the inbox statement over from: one
+// branch per priority, each reading its rows in (escalated_at, id) order
+// from an index of migration 00004 (or from the search's matches on SQLite)
+// and cut at the page size, then merged. It returns the SQL and args with
+// the page's arguments appended.
+func (s *Store) inboxBranchesPage(o InboxOpts, after *inboxKey, policy SLAPolicy, from, filter string, fa, args []any) (string, []any) {
+	var branches []string
+	for p := MinPriority; p <= MaxPriority; p++ {
+		if o.Priority != 0 && p != o.Priority {
+			continue
+		}
+		// The priority and the limits are literals, not parameters: with
+		// them unknown, a generic plan's estimate (a tenth of the rows per
+		// LIMIT) stays above the custom plans' at a million events, so
+		// PostgreSQL planned the statement again on every view, 1.0 ms
+		// of a 1.1 ms execution (0.1 ms at ten thousand, where the
+		// generic plan won). TestInboxScalesOnPostgres holds it to one plan.
+		q := "SELECT " + inboxColumns + " FROM " + from + " WHERE " + inboxBase(o.InboxFilter) + " AND priority = " + strconv.Itoa(p) + filter
+		args = append(args, fa...)
+		if after != nil {
+			// Rows of priority p after the cursor: due later, or due at the
+			// same time with a greater (priority, escalated_at, id).
+			due := after.EscalatedAt.Add(policy.For(after.Priority))
+			at := NewUTCTime(due.Add(-policy.For(p)))
+			switch {
+			case p == after.Priority:
+				q += " AND (escalated_at, id) > (" + s.timeParam() + ", ?)"
+				args = append(args, after.EscalatedAt, after.ID)
+			case p < after.Priority:
+				q += " AND escalated_at > " + s.timeParam()
+				args = append(args, at)
+			default:
+				q += " AND escalated_at >= " + s.timeParam()
+				args = append(args, at)
+			}
+		}
+		// One row more than the page tells whether there is a next page.
+		q += " ORDER BY escalated_at, id LIMIT " + strconv.Itoa(o.Limit+1)
+		branches = append(branches, "SELECT * FROM ("+q+") AS p"+strconv.Itoa(p))
+	}
+	page := "SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS u"
+	if due, ok := s.inboxDueSQL(policy); ok && len(branches) > 1 {
+		// Merged and cut to one page on the server, in the inbox order: the
+		// branches hold up to five pages' worth of rows, which cost more to
+		// send and scan than the rest of the inbox.
+		page = "SELECT * FROM (SELECT * FROM (" + strings.Join(branches, "\nUNION ALL\n") + ") AS v\nORDER BY " + due + ", priority, escalated_at, id LIMIT " + strconv.Itoa(o.Limit+1) + ") AS u"
+	}
+	return page, args
+}
+
+// inboxMatchesPage is the page part of a search's inbox statement on
+// PostgreSQL: the matches are materialized already (m), so one pass over
+// them in the inbox order (due is inboxDueSQL), cut at the page size,
+// replaces the five priority branches, each of which scanned and sorted
+// every match. The cursor is the same row comparison as the branches'
+// conditions: after the cursor's (due, priority, escalated_at, id).
+func (s *Store) inboxMatchesPage(o InboxOpts, after *inboxKey, policy SLAPolicy, due, filter string, fa, args []any) (string, []any) {
+	q := "SELECT " + inboxColumns + " FROM m WHERE " + inboxBase(o.InboxFilter) + filter
+	args = append(args, fa...)
+	if o.Priority != 0 {
+		q += " AND priority = " + strconv.Itoa(o.Priority)
+	} else {
+		// The branches read the known priorities only.
+		q += " AND priority BETWEEN " + strconv.Itoa(MinPriority) + " AND " + strconv.Itoa(MaxPriority)
+	}
+	if after != nil {
+		q += " AND (" + due + ", priority, escalated_at, id) > (" + s.timeParam() + ", ?, " + s.timeParam() + ", ?)"
+		args = append(args, NewUTCTime(after.EscalatedAt.Add(policy.For(after.Priority))), after.Priority, after.EscalatedAt, after.ID)
+	}
+	return "SELECT * FROM (" + q + " ORDER BY " + due + ", priority, escalated_at, id LIMIT " + strconv.Itoa(o.Limit+1) + ") AS u", args
 }
 
 // inboxDueSQL is the SLA due time of an inbox row in SQL, escalated_at plus
@@ -520,9 +559,13 @@ GROUP BY status, queue, priority, reason_code, mine, unassigned`
 	if s.inboxFacetRows > 0 {
 		cut = int64(s.inboxFacetRows)
 	}
+	// src holds inbox sessions only, so no status filter here: with one,
+	// PostgreSQL estimated a hundredth of the matches, grouped them by
+	// sorting rather than hashing, and the statement took a third longer
+	// (1,516 matches at a million events).
 	out := []string{`SELECT 1, '', '', '', status, priority, 0, '', queue, '', NULL, NULL, reason_code, mine, unassigned, count(*)
 FROM (SELECT status, queue, priority, reason_code, CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine,
-	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned FROM ` + src + ` WHERE ` + inboxWhere + ` LIMIT ?) AS f
+	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned FROM ` + src + ` LIMIT ?) AS f
 GROUP BY status, queue, priority, reason_code, mine, unassigned`,
 		// The queue options and the "any" count of the whole inbox, search
 		// or not: kind 2, one row per queue.

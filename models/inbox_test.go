@@ -454,7 +454,7 @@ FROM generate_series(1, ?) AS i`, n).Error
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DB.Exec(`ANALYZE sessions`).Error; err != nil {
+	if err := s.DB.Exec(`ANALYZE sessions, inbox_rows`).Error; err != nil {
 		t.Fatal(err)
 	}
 
@@ -558,6 +558,24 @@ FROM generate_series(1, ?) AS i`, n).Error
 				t.Fatalf("%s: no next page after page %d", tc.name, p)
 			}
 		}
+	}
+
+	// A search reads the dense copy of the inbox sessions (migration 00034)
+	// through its word index: the sessions table not at all.
+	*captured = (*captured)[:0]
+	page, err := s.Inbox(ctx, models.InboxOpts{InboxFilter: models.InboxFilter{Search: "4242"}, Me: "user:usr_3", Limit: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(page.Rows); !slices.Equal(got, []string{"ses_004242"}) || page.Counts.Total != 1 {
+		t.Fatalf("search 4242 = %v (total %d), want [ses_004242]", got, page.Counts.Total)
+	}
+	var plan []string
+	if err := s.DB.Raw("EXPLAIN " + (*captured)[0]).Scan(&plan).Error; err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(plan, "\n"); strings.Contains(text, " on sessions") || !strings.Contains(text, "inbox_rows_search_idx") {
+		t.Fatalf("the inbox search does not read inbox_rows through its index:\n%s", text)
 	}
 
 	// The page statement keeps its plan: PostgreSQL plans a prepared

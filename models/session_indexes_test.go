@@ -28,7 +28,6 @@ var sessionIndexReaders = map[string]string{
 	"sessions_inbox_assignee_idx":       "the inbox by assignee",
 	"sessions_inbox_queue_idx":          "the inbox by queue",
 	"sessions_inbox_reason_idx":         "the inbox by reason code",
-	"sessions_inbox_search_idx":         "the inbox's word search (PostgreSQL)",
 	"sessions_waiting_input_idx":        "the waiting-on-input view",
 	"sessions_resume_at_idx":            "ResumeSnoozed",
 	"sessions_join_due_at_idx":          "MaintainJoins (timed out joins)",

@@ -46,9 +46,14 @@ const ProblemReviewCounts = "review_counts"
 // session's, and rebuilt by migrate up (RepairNowCounts).
 const ProblemNowCounts = "now_counts"
 
+// ProblemInboxRows is the kind of a problem with the inbox search's copy of
+// the sessions in human hands (inbox_rows; PostgreSQL): not a session's,
+// and rebuilt by migrate up (RepairInboxRows).
+const ProblemInboxRows = "inbox_rows"
+
 func (p Problem) String() string {
 	switch {
-	case p.Kind == ProblemInboxCounts, p.Kind == ProblemReviewCounts, p.Kind == ProblemNowCounts:
+	case p.Kind == ProblemInboxCounts, p.Kind == ProblemReviewCounts, p.Kind == ProblemNowCounts, p.Kind == ProblemInboxRows:
 		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
 	case p.SessionID == "":
 		return fmt.Sprintf("checkpoint %d: %s: %s", p.Checkpoint, p.Kind, p.Detail)
@@ -188,7 +193,8 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 
 // countProblems checks the counts that triggers keep beside the sessions and
 // review items (inbox_counts, review_counts and review_reviewer_counts, and
-// on PostgreSQL sla_counts) against what they count.
+// on PostgreSQL sla_counts and the inbox search's inbox_rows) against what
+// they count or copy.
 func (s *Store) countProblems(ctx context.Context) ([]Problem, error) {
 	var probs []Problem
 	drift, err := s.VerifyInboxCounts(ctx)
@@ -218,6 +224,14 @@ func (s *Store) countProblems(ctx context.Context) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemNowCounts, Detail: fmt.Sprintf(
 				"%d rows of sla_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
 		}
+	}
+	n, err := s.inboxRowsDrift(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		probs = append(probs, Problem{Kind: ProblemInboxRows, Detail: fmt.Sprintf(
+			"%d rows of inbox_rows differ from the sessions in human hands (`taskpilots migrate up` rebuilds them)", n)})
 	}
 	return probs, nil
 }
