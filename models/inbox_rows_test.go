@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -151,17 +149,10 @@ FROM ` + from + where + ` ORDER BY id`).Scan(&out).Error; err != nil {
 	if n, err := s.RepairInboxRows(ctx); err != nil || n != 0 {
 		t.Fatalf("repair of an exact copy = %d, %v; want 0", n, err)
 	}
-	err = s.DB.Transaction(func(tx *gorm.DB) error {
-		for _, q := range []string{`SET LOCAL session_replication_role = replica`,
-			`UPDATE sessions SET status = 'completed' WHERE id = 'ses_0024'`,
-			`UPDATE sessions SET status = 'escalated', escalated_at = now() WHERE id = 'ses_0002'`,
-			`UPDATE sessions SET assignee = 'user:usr_2' WHERE id = 'ses_0027'`} {
-			if err := tx.Exec(q).Error; err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err = execWithoutTriggers(s,
+		`UPDATE sessions SET status = 'completed' WHERE id = 'ses_0024'`,
+		`UPDATE sessions SET status = 'escalated', escalated_at = now() WHERE id = 'ses_0002'`,
+		`UPDATE sessions SET assignee = 'user:usr_2' WHERE id = 'ses_0027'`)
 	if err != nil {
 		t.Fatal(err)
 	}

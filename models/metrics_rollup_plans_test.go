@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -123,19 +121,12 @@ WHERE h %% %d = 0`, hours-1, max(1, 1_000_000/rows)),
 	// sessions over 30 days (the foreign key to sessions is not checked
 	// while they are written).
 	events := rows / 5
-	err := s.DB.Transaction(func(tx *gorm.DB) error {
-		for _, q := range []string{`SET LOCAL session_replication_role = replica`,
-			fmt.Sprintf(`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload, prev_hash, hash, created_at)
+	err := execWithoutTriggers(s,
+		fmt.Sprintf(`INSERT INTO events (id, session_id, seq, type, actor, version_before, version_after, payload, prev_hash, hash, created_at)
 SELECT 'evt_' || g, 'ses_' || lpad((g / 10)::text, 9, '0'), g %% 10 + 1, 'delegation.leased', 'worker:w', g %% 10, g %% 10 + 1, '{}', '', '',
 	'2026-12-01'::timestamptz - make_interval(secs => (%d - g)::double precision * %d / %d)
 FROM generate_series(0, %d) g`, events, 30*24*3600, events, events-1),
-			`ANALYZE events`} {
-			if err := tx.Exec(q).Error; err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+		`ANALYZE events`)
 	if err != nil {
 		t.Fatalf("build events: %v", err)
 	}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -184,15 +182,8 @@ WHERE id IN ('ses_000002', 'ses_000004', 'ses_000006')`,
 	if n, err := s.RepairNowCounts(ctx); err != nil || n != 0 {
 		t.Fatalf("repair of exact counts = %d, %v; want 0", n, err)
 	}
-	err = s.DB.Transaction(func(tx *gorm.DB) error {
-		for _, q := range []string{`SET LOCAL session_replication_role = replica`,
-			`UPDATE sessions SET status = 'completed' WHERE id IN ('ses_000010', 'ses_010010')`} {
-			if err := tx.Exec(q).Error; err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err = execWithoutTriggers(s,
+		`UPDATE sessions SET status = 'completed' WHERE id IN ('ses_000010', 'ses_010010')`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
 )
@@ -35,28 +33,20 @@ func TestReviewRollupPlansAtScale(t *testing.T) {
 	const days = 3 * 365
 	base := time.Date(2025, 11, 1, 0, 0, 0, 0, time.UTC)
 	start := time.Now()
-	err := s.DB.Transaction(func(tx *gorm.DB) error {
-		for _, q := range []string{`SET LOCAL session_replication_role = replica`, // no sessions behind the items
-			fmt.Sprintf(`INSERT INTO review_items (session_id, at_version, decision_event_id, decision_type, decided_by, queue,
+	err := execWithoutTriggers(s, // no sessions behind the items
+		fmt.Sprintf(`INSERT INTO review_items (session_id, at_version, decision_event_id, decision_type, decided_by, queue,
 	escalated_at, claimed_at, decided_at, needed, scored, created_at)
 SELECT 'ses_' || lpad(g::text, 9, '0'), 4, 'evt_' || g, 'human.completed', 'human:agent', 'q' || (g %% 10),
 	at - interval '2 hours', CASE WHEN g %% 5 = 0 THEN NULL ELSE at - make_interval(secs => 60 + g %% 3600) END, at,
 	CASE WHEN g %% 10 = 0 THEN 2 ELSE 1 END, CASE WHEN g %% 10 = 0 THEN 2 ELSE 1 END, at
 FROM generate_series(0, %d) g, LATERAL (SELECT '%s'::timestamptz + make_interval(secs => g::double precision * %d / %d) AS at) t`,
-				items-1, base.Format(time.RFC3339), days*24*3600, items),
-			`INSERT INTO review_scores (event_id, session_id, at_version, reviewer, goal_clear, state_current, evidence_sufficient,
+			items-1, base.Format(time.RFC3339), days*24*3600, items),
+		`INSERT INTO review_scores (event_id, session_id, at_version, reviewer, goal_clear, state_current, evidence_sufficient,
 	risks_explicit, next_step_actionable, scored_at)
 SELECT 'evs_' || n || '_' || i.session_id, i.session_id, 4, 'human:reviewer' || n,
 	1 + (h % 5), 1 + (h / 5 % 5), 1 + (h / 25 % 5), 1 + (h / 125 % 5), 1 + (h / 625 % 5),
 	i.decided_at + make_interval(mins => 10) + CASE WHEN n = 2 THEN make_interval(hours => h % 50) ELSE interval '0' END
-FROM review_items i, generate_series(1, i.needed) n, LATERAL (SELECT abs(hashtext(i.session_id || n)) AS h) x`,
-		} {
-			if err := tx.Exec(q).Error; err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+FROM review_items i, generate_series(1, i.needed) n, LATERAL (SELECT abs(hashtext(i.session_id || n)) AS h) x`)
 	if err != nil {
 		t.Fatalf("build: %v", err)
 	}
