@@ -199,6 +199,23 @@ else
 fi
 export TASKPILOTS_TEST_DATABASE_URL=$URL
 
+# vacuum_catalogs clears the dead catalog rows earlier runs left in the test
+# database. Every test creates and drops a schema of its own (40-odd tables
+# with their indexes and triggers), and a cluster whose autovacuum is off (the
+# shared one here) keeps every dead row: one full run left 813,158 dead rows
+# in pg_attribute beside 3,170 live ones, and a run of inbox tests took 5.7 s
+# on those catalogs against 5.0 s once they were vacuumed. A plain VACUUM
+# neither blocks nor waits for the DDL of tests already running (SKIP_LOCKED);
+# a role that may not vacuum the catalogs gets warnings, never a failure.
+vacuum_catalogs() {
+	command -v psql >/dev/null 2>&1 || return 0
+	psql "$URL" -XqA -c 'VACUUM (SKIP_LOCKED) pg_catalog.pg_attribute, pg_catalog.pg_class, pg_catalog.pg_depend,
+		pg_catalog.pg_type, pg_catalog.pg_index, pg_catalog.pg_constraint, pg_catalog.pg_trigger,
+		pg_catalog.pg_attrdef, pg_catalog.pg_proc, pg_catalog.pg_rewrite, pg_catalog.pg_statistic' >/dev/null 2>&1 ||
+		say "could not vacuum the test database's catalogs (tests run on, maybe slower)"
+}
+vacuum_catalogs
+
 if [ $# -eq 0 ]; then
 	printf 'export TASKPILOTS_TEST_DATABASE_URL=%q\n' "$URL"
 	[ "$STARTED" = 1 ] && say "the cluster keeps running; stop it with scripts/test-postgres.sh --stop"
