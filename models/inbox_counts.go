@@ -94,14 +94,9 @@ func inboxCountKeyLess(a, b InboxCountKey) bool {
 }
 
 // RepairInboxCounts rebuilds inbox_counts from the sessions in one write
-// transaction and returns the combinations that were wrong (none when the
-// triggers kept them). It also drops the rows whose count fell to zero.
-//
-// On PostgreSQL it first takes inbox_counts in EXCLUSIVE mode: the triggers'
-// writes wait behind it, and it waits for every transaction that already
-// changed a count, so the recount (a statement that starts after the lock)
-// sees every tuple change that committed and none is in flight. Writes that
-// leave the counts alone are not held up.
+// transaction (rebuildTables) and returns the combinations that were wrong
+// (none when the triggers kept them). It also drops the rows whose count
+// fell to zero.
 func (s *Store) RepairInboxCounts(ctx context.Context) ([]InboxCountDrift, error) {
 	drift, err := s.VerifyInboxCounts(ctx)
 	if err != nil || len(drift) == 0 {
@@ -110,14 +105,7 @@ func (s *Store) RepairInboxCounts(ctx context.Context) ([]InboxCountDrift, error
 		}
 		return drift, err
 	}
-	err = s.Write(ctx, func(tx *Tx) error {
-		if s.Dialect == Postgres {
-			tx.Later(failWith("lock inbox counts"), `LOCK TABLE inbox_counts IN EXCLUSIVE MODE`)
-		}
-		tx.Later(failWith("clear inbox counts"), `DELETE FROM inbox_counts`)
-		_, err := tx.Exec(`INSERT INTO inbox_counts (` + inboxCountColumns + `, n) ` + inboxCountsExact)
-		return err
-	})
+	err = s.rebuildTables(ctx, []string{"inbox_counts"}, `INSERT INTO inbox_counts (`+inboxCountColumns+`, n) `+inboxCountsExact)
 	if err != nil {
 		return nil, fmt.Errorf("repair inbox counts: %w", err)
 	}

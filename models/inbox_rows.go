@@ -39,21 +39,15 @@ func (s *Store) inboxRowsDrift(ctx context.Context) (int64, error) {
 }
 
 // RepairInboxRows checks inbox_rows against the sessions in human hands and,
-// when they differ, rebuilds it in one write transaction that holds the
-// table in EXCLUSIVE mode, as RepairInboxCounts does (the triggers' writes
-// wait behind the lock, and the copy starts after every transaction that
-// already changed a row). It returns how many rows were wrong.
+// when they differ, rebuilds it (rebuildTables). It returns how many rows
+// were wrong.
 func (s *Store) RepairInboxRows(ctx context.Context) (int64, error) {
 	drift, err := s.inboxRowsDrift(ctx)
 	if err != nil || drift == 0 {
 		return 0, err
 	}
-	err = s.Write(ctx, func(tx *Tx) error {
-		tx.Later(failWith("lock inbox rows"), `LOCK TABLE inbox_rows IN EXCLUSIVE MODE`)
-		tx.Later(failWith("clear inbox rows"), `DELETE FROM inbox_rows`)
-		_, err := tx.Exec(`INSERT INTO inbox_rows (` + inboxRowColumns + `) SELECT ` + inboxRowColumns + ` FROM sessions WHERE ` + inboxWhere)
-		return err
-	})
+	err = s.rebuildTables(ctx, []string{"inbox_rows"},
+		`INSERT INTO inbox_rows (`+inboxRowColumns+`) SELECT `+inboxRowColumns+` FROM sessions WHERE `+inboxWhere)
 	if err != nil {
 		return 0, fmt.Errorf("repair inbox rows: %w", err)
 	}

@@ -208,9 +208,8 @@ const nowCountsDriftSQL = `SELECT count(*) FROM (SELECT priority, date_bin('1 mi
 
 // RepairNowCounts checks the maintained SLA counts of
 // PostgreSQL (migration 00032) against the sessions and, when they differ
-// (something wrote sessions with the triggers disabled), rebuilds them in
-// one write transaction that holds the table in EXCLUSIVE mode, as
-// RepairInboxCounts does. It returns how many rows were wrong.
+// (something wrote sessions with the triggers disabled), rebuilds them
+// (rebuildTables). It returns how many rows were wrong.
 func (s *Store) RepairNowCounts(ctx context.Context) (int64, error) {
 	if s.Dialect != Postgres {
 		return 0, nil
@@ -219,14 +218,9 @@ func (s *Store) RepairNowCounts(ctx context.Context) (int64, error) {
 	if err != nil || drift == 0 {
 		return 0, err
 	}
-	err = s.Write(ctx, func(tx *Tx) error {
-		tx.Later(failWith("lock sla counts"), `LOCK TABLE sla_counts IN EXCLUSIVE MODE`)
-		tx.Later(failWith("clear sla counts"), `DELETE FROM sla_counts`)
-		_, err := tx.Exec(`INSERT INTO sla_counts (priority, escalated_min, n)
+	err = s.rebuildTables(ctx, []string{"sla_counts"}, `INSERT INTO sla_counts (priority, escalated_min, n)
 SELECT priority, date_bin('1 minute', escalated_at, timestamptz '1970-01-01 00:00:00+00'), count(*) FROM sessions
-WHERE ` + inHumanHandsSQL + ` GROUP BY 1, 2`)
-		return err
-	})
+WHERE `+inHumanHandsSQL+` GROUP BY 1, 2`)
 	if err != nil {
 		return 0, fmt.Errorf("repair sla counts: %w", err)
 	}

@@ -94,14 +94,9 @@ SELECT 1, reviewer, 1, n FROM review_reviewer_counts WHERE n <> 0`).Scan(&rows).
 }
 
 // RepairReviewCounts rebuilds review_counts and review_reviewer_counts from
-// the items and scores in one write transaction and returns the rows that
-// were wrong (none when the triggers kept them). It also drops the rows
-// whose count fell to zero.
-//
-// On PostgreSQL it first takes both tables in EXCLUSIVE mode, as
-// RepairInboxCounts does with its table: the triggers' writes wait behind
-// it, and it waits for every transaction that already changed a count, so
-// the recount sees every committed change and none is in flight.
+// the items and scores in one write transaction (rebuildTables) and returns
+// the rows that were wrong (none when the triggers kept them). It also
+// drops the rows whose count fell to zero.
 func (s *Store) RepairReviewCounts(ctx context.Context) ([]ReviewCountDrift, error) {
 	drift, err := s.VerifyReviewCounts(ctx)
 	if err != nil || len(drift) == 0 {
@@ -114,16 +109,9 @@ func (s *Store) RepairReviewCounts(ctx context.Context) ([]ReviewCountDrift, err
 		}
 		return drift, err
 	}
-	err = s.Write(ctx, func(tx *Tx) error {
-		if s.Dialect == Postgres {
-			tx.Later(failWith("lock review counts"), `LOCK TABLE review_counts, review_reviewer_counts IN EXCLUSIVE MODE`)
-		}
-		tx.Later(failWith("clear review counts"), `DELETE FROM review_counts`)
-		tx.Later(failWith("clear reviewer counts"), `DELETE FROM review_reviewer_counts`)
-		tx.Later(failWith("count open items"), `INSERT INTO review_counts (decided_by, n) `+reviewCountsExact)
-		_, err := tx.Exec(`INSERT INTO review_reviewer_counts (reviewer, n) ` + reviewerCountsExact)
-		return err
-	})
+	err = s.rebuildTables(ctx, []string{"review_counts", "review_reviewer_counts"},
+		`INSERT INTO review_counts (decided_by, n) `+reviewCountsExact,
+		`INSERT INTO review_reviewer_counts (reviewer, n) `+reviewerCountsExact)
 	if err != nil {
 		return nil, fmt.Errorf("repair review counts: %w", err)
 	}
