@@ -206,6 +206,13 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	// it had a page: at a million events, over a thousand documents a page
 	// view.
 	from, prefix, args := "sessions", "", []any(nil)
+	// The page's rows come from the dense copy of the inbox sessions on
+	// PostgreSQL (migrations 00034 and 00035): through the partial indexes
+	// of sessions every row of a page was a heap page of its own.
+	pageFrom := from
+	if s.Dialect == Postgres {
+		pageFrom = "inbox_rows"
+	}
 	if o.Search != "" {
 		where, a := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
 		materialized, src := "", "sessions"
@@ -215,7 +222,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 			materialized, src = "MATERIALIZED ", "inbox_rows"
 		}
 		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM " + src + " WHERE " + inboxWhere + where + ")\n"
-		from, args = "m", a
+		from, pageFrom, args = "m", "m", a
 	}
 	unsearched := o
 	unsearched.Search = ""
@@ -224,7 +231,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	if due, ok := s.inboxDueSQL(policy); ok && o.Search != "" {
 		page, args = s.inboxMatchesPage(o, after, policy, due, filter, fa, args)
 	} else {
-		page, args = s.inboxBranchesPage(o, after, policy, from, filter, fa, args)
+		page, args = s.inboxBranchesPage(o, after, policy, pageFrom, filter, fa, args)
 	}
 	branches := []string{"SELECT 0 AS kind, r.*, 0 AS mine, 0 AS unassigned, 0 AS n FROM (" + page + ") AS r"}
 	// The facet counts travel in the same statement (see inboxCounts).
@@ -251,7 +258,8 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 
 // inboxBranchesPage is the page part of the inbox statement over from: one
 // branch per priority, each reading its rows in (escalated_at, id) order
-// from an index of migration 00004 (or from the search's matches on SQLite)
+// from an index that leads with its filter (inbox_rows' of migration 00035 on
+// PostgreSQL, sessions' of migration 00004 on SQLite, or the search's matches)
 // and cut at the page size, then merged. It returns the SQL and args with
 // the page's arguments appended.
 func (s *Store) inboxBranchesPage(o InboxOpts, after *inboxKey, policy SLAPolicy, from, filter string, fa, args []any) (string, []any) {
