@@ -169,12 +169,20 @@ for r in $(seq 1 "$ROUNDS"); do
 	cpu_after "$(last_json "$work/inproc.out" lifecycles)"
 	inproccpu=$CPU
 	fresh_db
+	cpu_before
 	rsingle=$(run_river single)
+	cpu_after "$(last_json "$work/river-single.out" completed)"
+	rivercpu=$CPU
 	fresh_db
 	rbatch=$(run_river batch)
 	fresh_db
+	# Measured as River's is, over the whole run: every PostgreSQL process
+	# and the client, setup included (for cycles, creating its sessions).
+	cpu_before
 	cycles=$(run_cycles)
-	echo "$pg $http $inproc $pgcpu $httpcpu $inproccpu $rsingle $rbatch $cycles" >>"$work/rounds"
+	cpu_after "$(last_json "$work/cycles.out" cycles)"
+	cyclescpu=$CPU
+	echo "$pg $http $inproc $pgcpu $httpcpu $inproccpu $rsingle $rbatch $cycles $rivercpu $cyclescpu" >>"$work/rounds"
 done
 
 psql "$PGURL/postgres?sslmode=disable" -qX -c "DROP DATABASE IF EXISTS $BENCH_DB" >/dev/null || true
@@ -190,6 +198,7 @@ function cpu(s, cl) { return s == "-" ? "n/a" : sprintf("%.2f ms (server %.2f + 
 	# $4..$9 are three "server client" CPU pairs, $10 and $11 River.
 	rs[n] = $10; rb[n] = $11; rr[n] = $3 / $10
 	cy[n] = $12; cr[n] = $12 / $10
+	# $13 $14 River one per call and $15 $16 cycles: "server client" CPU per job or cycle.
 	printf "round %d: pgbench %.1f lifecycles/s (%.1f commits/s), http %.1f (ratio %.2f), inproc %.1f (ratio %.2f); river %.1f jobs/s one per call, %.1f batched\n", n, $1, $1 * 4, $2, $2 / $1, $3, $3 / $1, $10, $11
 	printf "         cycles %.1f/s (delegate → lease → result, Go API, batched results, group commit off; ratio to river one per call %.2f)\n", $12, $12 / $10
 	if ($4 != "-") {
@@ -197,6 +206,11 @@ function cpu(s, cl) { return s == "-" ? "n/a" : sprintf("%.2f ms (server %.2f + 
 		printf "         cpu per lifecycle: pgbench %s, http %s, inproc %s\n", cpu($4, $5), cpu($6, $7), cpu($8, $9)
 		ps[n] = $4; pc[n] = $5; hs[n] = $6; hc[n] = $7; is[n] = $8; ic[n] = $9
 		pt[n] = $4 + $5; htot[n] = $6 + $7; it[n] = $8 + $9
+	}
+	if ($13 != "-" && $15 != "-") {
+		haveqcpu = 1
+		printf "         cpu per river job (one per call) %s, per cycle %s\n", cpu($13, $14), cpu($15, $16)
+		rvs[n] = $13; rvc[n] = $14; cys[n] = $15; cyc[n] = $16; rvt[n] = $13 + $14; cyt[n] = $15 + $16
 	}
 }
 END {
@@ -216,6 +230,11 @@ END {
 		printf "                           http    %s\n", cpu(median(hs, n), median(hc, n))
 		printf "                           inproc  %s\n", cpu(median(is, n), median(ic, n))
 		cpujson = sprintf(",\"pgbench_cpu_ms\":%.3f,\"http_cpu_ms\":%.3f,\"inproc_cpu_ms\":%.3f", median(pt, n), median(htot, n), median(it, n))
+	}
+	if (haveqcpu) {
+		printf "cpu per river job          %s  (one per call; whole run, setup included)\n", cpu(median(rvs, n), median(rvc, n))
+		printf "cpu per cycle              %s  (whole run, creating the sessions included)\n", cpu(median(cys, n), median(cyc, n))
+		cpujson = cpujson sprintf(",\"river_single_cpu_ms\":%.3f,\"cycle_cpu_ms\":%.3f", median(rvt, n), median(cyt, n))
 	}
 	printf "{\"clients\":%d,\"duration_s\":%d,\"rounds\":%d,\"pgbench_tps\":%.3f,\"pgbench_commits_per_sec\":%.3f,\"http_lifecycles_per_sec\":%.3f,\"inproc_lifecycles_per_sec\":%.3f,\"http_ratio\":%.4f,\"inproc_ratio\":%.4f,\"river_single_jobs_per_sec\":%.3f,\"river_batch_jobs_per_sec\":%.3f,\"inproc_to_river_single\":%.4f,\"cycles_per_sec\":%.3f,\"cycles_to_river_single\":%.4f%s}\n", c, d, n, mpg, mpg * 4, mht, mip, mhr, mir, mrs, mrb, mrr, mcy, mcr, cpujson
 }' "$work/rounds"

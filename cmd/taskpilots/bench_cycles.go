@@ -98,6 +98,13 @@ type cyclesReport struct {
 	LargestGroup        int64   `json:"largest_group"`
 	MeanLeasesPerClaim  float64 `json:"mean_leases_per_claim"`
 	DelegateCallsPerSec float64 `json:"delegate_calls_per_sec"`
+	// CPU milliseconds per counted cycle from the start of the clock until
+	// the last results are in: this process's, and that of the backends
+	// connected to its database (not PostgreSQL's WAL writer or
+	// checkpointer); 0 when PostgreSQL is not on this machine. On 2 cores
+	// the rate is bound by CPU, so this says where a cycle's cost is.
+	ClientCPUMsPerCycle float64 `json:"client_cpu_ms_per_cycle"`
+	ServerCPUMsPerCycle float64 `json:"server_cpu_ms_per_cycle"`
 	firstErr            error
 }
 
@@ -173,6 +180,8 @@ func runBenchCycles(ctx context.Context, env *cliEnv, args []string) error {
 	step := func(v int64) string { return fmt.Sprintf("%s-%d", benchStep, v) }
 	g0 := s.GroupStats()
 	st0, rt0 := wire()
+	meter := &cpuMeter{s: s}
+	self0, _, cpuOK := meter.read(ctx)
 	start := time.Now()
 	for range o.producers {
 		wg.Go(func() {
@@ -245,6 +254,7 @@ func runBenchCycles(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	self1, server, cpuOK1 := meter.read(ctx)
 	st1, rt1 := wire()
 	g1 := s.GroupStats()
 	n := cycles.Load()
@@ -256,6 +266,10 @@ func runBenchCycles(ctx context.Context, env *cliEnv, args []string) error {
 	if n > 0 {
 		rep.StatementsPerCycle = round3(float64(st1-st0) / float64(n))
 		rep.RoundTripsPerCycle = round3(float64(rt1-rt0) / float64(n))
+		if cpuOK && cpuOK1 {
+			rep.ClientCPUMsPerCycle = round3((self1 - self0) * 1000 / float64(n))
+			rep.ServerCPUMsPerCycle = round3(server * 1000 / float64(n))
+		}
 	}
 	if rep.Groups > 0 {
 		rep.MeanGroupSize = round3(float64(g1.Members-g0.Members) / float64(rep.Groups))
@@ -283,6 +297,10 @@ func printCycles(w io.Writer, r cyclesReport) {
 	fmt.Fprintf(w, "%d cycles, %.1f cycles/s (delegate → lease → result), %d errors\n", r.Cycles, r.CyclesPerSec, r.Errors)
 	fmt.Fprintf(w, "per cycle: %.2f statements, %.2f round trips; %.1f leases per claim; %d groups, mean size %.2f, largest %d\n",
 		r.StatementsPerCycle, r.RoundTripsPerCycle, r.MeanLeasesPerClaim, r.Groups, r.MeanGroupSize, r.LargestGroup)
+	if r.ServerCPUMsPerCycle > 0 {
+		fmt.Fprintf(w, "cpu per cycle: %.2f ms (server %.2f + client %.2f)\n",
+			r.ServerCPUMsPerCycle+r.ClientCPUMsPerCycle, r.ServerCPUMsPerCycle, r.ClientCPUMsPerCycle)
+	}
 	if r.firstErr != nil {
 		fmt.Fprintf(w, "first error: %v\n", r.firstErr)
 	}
