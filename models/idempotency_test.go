@@ -3,6 +3,7 @@ package models_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -78,6 +79,53 @@ func TestIdempotencyMismatch(t *testing.T) {
 		s.DB.Model(&models.Delegation{}).Count(&other)
 		if other != 0 {
 			t.Fatalf("a refused command queued %d delegations", other)
+		}
+	})
+}
+
+// TestIdempotentRepeatWhenTheLookupFails repeats a result that went
+// through, with its key, while the stored answer cannot be read (the
+// recovery drill caught this during a database restart: the repeat's write
+// is fenced, its lookup fails). The repeat must not be told 409, as if the
+// result had been refused: the lookup's error is the answer, so the client
+// retries; once the lookup works again the repeat replays the first answer.
+func TestIdempotentRepeatWhenTheLookupFails(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *models.Store) {
+		ctx := context.Background()
+		sid, did := storetest.Delegated(ctx, t, s, "lookups")
+		l, err := s.Claim(ctx, "lookups", "w-1", "test:worker", "")
+		if err != nil || l == nil {
+			t.Fatalf("claim: %v %v", l, err)
+		}
+		submit := func() (models.Outcome, error) {
+			return s.SubmitResult(ctx, did, "test:worker", "res-1", models.ResultInput{
+				LeaseToken: l.LeaseToken, SessionID: sid, Step: l.Step, ResultType: models.ResultCompleted,
+				Evidence: []models.Evidence{{Claim: "refund eligible", Source: "policy-v3"}},
+			})
+		}
+		first, err := submit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := snapshot(t, s, sid)
+		// A lookup that fails as a lost table does: the write before it is
+		// fenced in the session, never reaching the key's table.
+		rename := func(from, to string) {
+			t.Helper()
+			if err := s.DB.Exec("ALTER TABLE " + from + " RENAME TO " + to).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		rename("idempotency_keys", "idempotency_keys_away")
+		_, err = submit()
+		rename("idempotency_keys_away", "idempotency_keys")
+		if err == nil || models.ErrorCode(err) == models.ECONFLICT || !strings.Contains(err.Error(), "idempotency key") {
+			t.Fatalf("repeat while the lookup fails = %v (code %q), want the lookup's error, not a conflict", err, models.ErrorCode(err))
+		}
+		assertUnchanged(t, s, sid, before)
+		again, err := submit()
+		if err != nil || !again.Replayed || again.EventID != first.EventID || again.StateVersion != first.StateVersion {
+			t.Fatalf("repeat once the lookup works = %+v, %v; first was %+v", again, err, first)
 		}
 	})
 }

@@ -250,12 +250,17 @@ func (s *Store) Idempotent(ctx context.Context, scope, key, fingerprint string, 
 		// it already moved the session on, making this one fail (stale
 		// version, lost lease): answer with the first outcome.
 		prev, found, lerr := lookupIdempotency(s.DB.WithContext(ctx), scope, key, fingerprint)
-		if lerr == nil && found {
+		switch {
+		case lerr != nil:
+			// Whether the key was used is unknown (the database went away
+			// between the write and the lookup, as in a restart). err would
+			// tell the repeat of a request that went through that it failed
+			// (a fenced result: 409); the lookup's error is the true answer,
+			// and when the database is unreachable it is a retryable 503.
+			return Outcome{}, lerr
+		case found:
 			noteReplay(ctx)
 			return prev, nil
-		}
-		if lerr != nil && ErrorCode(lerr) == EIDEMPOTENCY {
-			return Outcome{}, lerr
 		}
 	}
 	return out, err
