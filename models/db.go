@@ -220,7 +220,14 @@ func Open(ctx context.Context, url string, opts OpenOpts) (*Store, error) {
 		}
 		// WAL lets readers run beside the writer; one connection serialises
 		// writers in this process, which is what SQLite wants anyway.
-		db, err = gorm.Open(sqlite.Open("file:"+dsn+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"), cfg)
+		// _txlock=immediate: a write transaction takes the write lock at
+		// BEGIN. A deferred one reads first (the session's row) and asks for
+		// the lock at its first write; if another process committed in
+		// between, SQLite refuses at once (SQLITE_BUSY, its snapshot is
+		// stale) without waiting busy_timeout, and the write runs again,
+		// which under steady writes from another process can fail every
+		// retry. Read-only transactions still BEGIN deferred.
+		db, err = gorm.Open(sqlite.Open("file:"+dsn+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"), cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s database: %w", dialect, err)

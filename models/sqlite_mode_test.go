@@ -7,8 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
 )
 
 // TestSQLiteFilesAreOwnerOnly: the embedded database holds every session,
@@ -67,5 +71,68 @@ func TestSQLiteFilesAreOwnerOnly(t *testing.T) {
 		if m, err := os.Stat(p); err == nil && m.Mode().Perm() != 0o600 {
 			t.Errorf("reopened %s mode %o, want 600", filepath.Base(p), m.Mode().Perm())
 		}
+	}
+}
+
+// TestSQLiteWritesTakeTheLockAtBegin: two processes write one SQLite file
+// (two Stores here). A write transaction reads before it writes; begun
+// deferred, a commit by the other process in between makes SQLite refuse
+// its first write at once (SQLITE_BUSY on a stale snapshot, no busy wait),
+// so the whole write runs again, and under steady writes from the other
+// process it can fail every retry (a -race CI run did). Begun IMMEDIATE, it
+// holds the write lock from the start: the other process waits for it
+// (busy_timeout) and the write runs once.
+func TestSQLiteWritesTakeTheLockAtBegin(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.NewURL(t, models.SQLite)
+	open := func() *models.Store {
+		t.Helper()
+		s, err := models.Open(ctx, url, models.OpenOpts{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	if err := a.DB.Exec(`CREATE TABLE probe (n INTEGER)`).Error; err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	other := make(chan error, 1)
+	err := a.Transact(ctx, func(tx *gorm.DB) error {
+		runs++
+		var n int64
+		if err := tx.Raw(`SELECT count(*) FROM probe`).Scan(&n).Error; err != nil {
+			return err
+		}
+		if runs == 1 {
+			// The other process writes while this transaction is open. It
+			// gets 500 ms to commit: time enough when nothing holds the
+			// lock, and it must not get the lock while this one runs.
+			go func() { other <- b.DB.Exec(`INSERT INTO probe VALUES (2)`).Error }()
+			select {
+			case err := <-other:
+				other <- err
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		return tx.Exec(`INSERT INTO probe VALUES (1)`).Error
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatalf("the other process's write: %v", err)
+	}
+	if runs != 1 {
+		t.Fatalf("the write ran %d times: the other process committed inside it, so it did not hold the write lock from BEGIN", runs)
+	}
+	var rows []int64
+	if err := a.DB.Raw(`SELECT n FROM probe ORDER BY rowid`).Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0] != 1 || rows[1] != 2 {
+		t.Fatalf("rows %v, want [1 2]: the other process waits for the open write", rows)
 	}
 }
