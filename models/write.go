@@ -215,7 +215,9 @@ func (idempotencyRow) TableName() string { return "idempotency_keys" }
 // Idempotent runs fn in a transaction and records its outcome under (scope,
 // key). When the key was already used, the transaction is rolled back and
 // the stored outcome returned (same fingerprint) or ErrIdempotencyMismatch:
-// nothing new is written either way. An empty key always runs fn.
+// nothing new is written either way. When fn fails and the stored outcome
+// cannot be read, that read's error is returned, never fn's. An empty key
+// always runs fn.
 //
 // The key is not looked up first: repeats are rare, and the unique key on
 // idempotency_keys catches them at the end of the transaction, which saves a
