@@ -40,7 +40,7 @@ CLIENT_DIR := client
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
 
-.PHONY: help build run test test-go test-race generate check bench fuzz pg pg-stop clean npm-deps py-deps
+.PHONY: help build run test test-go test-race generate check bench fuzz pg pg-stop clean tools npm-deps py-deps
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -51,8 +51,14 @@ build: ## build bin/taskpilots
 run: ## start the console with demo data on ./data/taskpilots.db
 	$(GO) run ./cmd/taskpilots serve
 
-test: npm-deps py-deps ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_PKGS)
+test: tools npm-deps py-deps ## all tests on real PostgreSQL and SQLite, then -race on $(RACE_PKGS)
 	scripts/test-postgres.sh $(MAKE) --no-print-directory test-go
+
+# Chromium for the browser tests, Node.js and npm for the webhook and
+# TypeScript client tests: installed from Debian when missing and we are root,
+# else a clear error before any test runs.
+tools: ## check for (as root: install) Chromium, Node.js and npm, which the tests run
+	scripts/test-tools.sh
 
 # The webhook tests check our signatures with an independent implementation,
 # the standardwebhooks npm package, pinned in $(WEBHOOKS_VERIFY)'s

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -27,10 +28,17 @@ import (
 	"github.com/taskpilots/handoff/web"
 )
 
-// chromiumPath is the browser the suite runs; TASKPILOTS_CHROMIUM overrides it.
+// chromiumPath is the browser the suite runs: TASKPILOTS_CHROMIUM, else
+// chromium or chromium-browser on PATH (what scripts/test-tools.sh finds or
+// installs), else Debian's /usr/bin/chromium, named in the error.
 func chromiumPath() string {
 	if p := os.Getenv("TASKPILOTS_CHROMIUM"); p != "" {
 		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
 	}
 	return "/usr/bin/chromium"
 }
