@@ -39,6 +39,9 @@ type IndexUpkeepOpts struct {
 	// database that autovacuum has not analyzed since it was loaded; an
 	// index of a table never analyzed is not judged.
 	Analyze bool
+	// Counters tunes the rewrite of bloated counter tables (see
+	// counter_upkeep.go), which the same call does after the indexes.
+	Counters CounterUpkeepOpts
 }
 
 // DefaultIndexUpkeepEvery is how often serve looks: the check is one catalog
@@ -78,6 +81,14 @@ type IndexUpkeepReport struct {
 	// Dropped those that were dropped (all of them unless DryRun).
 	Leftovers []string `json:"leftovers,omitempty"`
 	Dropped   []string `json:"dropped,omitempty"`
+	// Tables lists every counter table with its pages and the pages its
+	// rows need; TablesBloated those over the threshold, TablesRewritten
+	// those rewritten (with After set), and TablesBusy those whose lock was
+	// not granted in time, left for the next round.
+	Tables          []TableSize `json:"tables"`
+	TablesBloated   []TableSize `json:"tables_bloated"`
+	TablesRewritten []TableSize `json:"tables_rewritten"`
+	TablesBusy      []string    `json:"tables_busy,omitempty"`
 	// Skipped is true when another replica held the upkeep lock.
 	Skipped bool `json:"skipped,omitempty"`
 }
@@ -117,7 +128,8 @@ func estimateIndexBytes(entries, width int64) int64 {
 // UpkeepIndexes rebuilds the B-tree indexes of sessions that have grown
 // past opts.MaxBloat times their estimated live size, with REINDEX INDEX
 // CONCURRENTLY (reads and writes go on), after dropping the invalid
-// leftovers of an earlier interrupted rebuild. It runs under an advisory
+// leftovers of an earlier interrupted rebuild; then it rewrites the counter
+// tables that have bloated (upkeepCounters). It runs under an advisory
 // lock, so replicas never rebuild at the same time. PostgreSQL only: on
 // SQLite it does nothing (its B-trees reuse freed pages; VACUUM rebuilds).
 func (s *Store) UpkeepIndexes(ctx context.Context, opts IndexUpkeepOpts) (IndexUpkeepReport, error) {
@@ -219,7 +231,8 @@ func (s *Store) UpkeepIndexes(ctx context.Context, opts IndexUpkeepOpts) (IndexU
 		}
 		rep.Rebuilt = append(rep.Rebuilt, is)
 	}
-	return rep, nil
+	rep.Tables, rep.TablesBloated, rep.TablesRewritten, rep.TablesBusy, err = upkeepCounters(ctx, conn, opts.Counters, opts.DryRun)
+	return rep, err
 }
 
 // quoteIdent quotes a PostgreSQL identifier.

@@ -411,6 +411,12 @@ func indexUpkeepLoop(ctx context.Context, s *models.Store, every time.Duration, 
 			for _, is := range rep.Rebuilt {
 				log.Info("index upkeep rebuilt a bloated index", "index", is.Name, "bytes_before", is.Bytes, "bytes_after", is.After, "estimate", is.Estimate)
 			}
+			for _, ts := range rep.TablesRewritten {
+				log.Info("index upkeep rewrote a bloated counter table", "table", ts.Name, "rows", ts.Rows, "pages_before", ts.Pages, "pages_after", ts.After, "needs", ts.Needs, "took", ts.Took)
+			}
+			for _, name := range rep.TablesBusy {
+				log.Info("index upkeep left a bloated counter table for the next round: its writers held it past the lock wait", "table", name)
+			}
 		}
 		t.Reset(jitter(every))
 	}

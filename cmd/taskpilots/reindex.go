@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/taskpilots/handoff/models"
 )
 
 func init() {
 	commands["reindex"] = command{
-		summary: "rebuild the bloated indexes of sessions now, as serve does every --index-upkeep-every (PostgreSQL)",
+		summary: "rebuild the bloated indexes of sessions and rewrite bloated counter tables now, as serve does every --index-upkeep-every (PostgreSQL)",
 		run:     runReindex,
 	}
 }
@@ -30,7 +31,10 @@ func runReindex(ctx context.Context, env *cliEnv, args []string) error {
 			"Refreshes the statistics of sessions (ANALYZE), estimates from them what each B-tree\n"+
 			"index of sessions needs, and rebuilds those over --max-bloat\n"+
 			"times that with REINDEX INDEX CONCURRENTLY: reads and writes go on meanwhile.\n"+
-			"Drops the invalid leftovers of an interrupted rebuild first. PostgreSQL only.\n\nflags:")
+			"Drops the invalid leftovers of an interrupted rebuild first. Then rewrites\n"+
+			"(VACUUM FULL, waiting at most 200 ms for its lock) the counter tables the inbox,\n"+
+			"metrics and review queue read whole, when they hold over 4 times the pages their\n"+
+			"rows need. PostgreSQL only.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	rest, err := parseArgs(fs, args)
@@ -90,5 +94,31 @@ func runReindex(ctx context.Context, env *cliEnv, args []string) error {
 	} else {
 		fmt.Fprintf(env.stdout, "; %d rebuilt\n", len(rep.Rebuilt))
 	}
+	printCounterTables(env, rep, *dry)
 	return nil
+}
+
+// printCounterTables prints the counter tables' part of the report.
+func printCounterTables(env *cliEnv, rep models.IndexUpkeepReport, dry bool) {
+	after := map[string]string{}
+	for _, ts := range rep.TablesRewritten {
+		after[ts.Name] = fmt.Sprintf("%d in %s", ts.After, ts.Took.Round(time.Millisecond/10))
+	}
+	fmt.Fprintf(env.stdout, "\n%-36s %12s %12s %8s %12s\n", "counter table", "rows", "pages", "needs", "after")
+	for _, ts := range rep.Tables {
+		a := "-"
+		if n, ok := after[ts.Name]; ok {
+			a = n
+		}
+		fmt.Fprintf(env.stdout, "%-36s %12d %12d %8d %12s\n", ts.Name, ts.Rows, ts.Pages, ts.Needs, a)
+	}
+	for _, name := range rep.TablesBusy {
+		fmt.Fprintf(env.stdout, "%s: its writers held it past the lock wait; left for the next round\n", name)
+	}
+	fmt.Fprintf(env.stdout, "%d of %d counter tables bloated", len(rep.TablesBloated), len(rep.Tables))
+	if dry {
+		fmt.Fprintln(env.stdout, "; dry run: nothing rewritten")
+	} else {
+		fmt.Fprintf(env.stdout, "; %d rewritten\n", len(rep.TablesRewritten))
+	}
 }

@@ -10,7 +10,9 @@ import (
 )
 
 // TestReindexCommand: reindex reports every B-tree index of sessions with
-// its size and estimate (the rebuild itself: models' TestIndexUpkeep),
+// its size and estimate, and every counter table with its pages (the
+// rebuilds themselves: models' TestIndexUpkeep and
+// TestIndexUpkeepCounterTables),
 // refuses SQLite and bad bounds with exit status 2.
 func TestReindexCommand(t *testing.T) {
 	pg := migratedURL(t, storetest.NewURL(t, models.Postgres))
@@ -18,12 +20,13 @@ func TestReindexCommand(t *testing.T) {
 		t.Fatalf("bench seed exited %d: %s", r.code, r.stderr)
 	}
 	r := runCLI(t, nil, "", "reindex", "--database-url", pg, "--dry-run")
-	if r.code != 0 || !strings.Contains(r.stdout, "sessions_updated_idx") || !strings.Contains(r.stdout, "dry run: nothing rebuilt") {
+	if r.code != 0 || !strings.Contains(r.stdout, "sessions_updated_idx") || !strings.Contains(r.stdout, "dry run: nothing rebuilt") ||
+		!strings.Contains(r.stdout, "inbox_counts") || !strings.Contains(r.stdout, "dry run: nothing rewritten") {
 		t.Fatalf("dry run exited %d:\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, nil, "", "reindex", "--database-url", pg, "--json")
 	var rep models.IndexUpkeepReport
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Checked) < 4 {
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Checked) < 4 || len(rep.Tables) != 4 {
 		t.Fatalf("json run exited %d: %q", r.code, r.stdout)
 	}
 	for _, c := range []struct {

@@ -1,0 +1,233 @@
+package models_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/taskpilots/handoff/models"
+	"github.com/taskpilots/handoff/models/storetest"
+)
+
+// bloatCounterTable updates every row of table again and again while another
+// connection holds a snapshot, as a long report, a backup or a bulk load
+// does: no old version can be pruned, so the new ones go to new pages; then
+// it vacuums, as autovacuum would, which empties the old pages but cannot
+// give them back (the live rows sit on the last ones).
+func bloatCounterTable(ctx context.Context, t *testing.T, s *models.Store, table string, rounds int) {
+	t.Helper()
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	if _, err := hold.ExecContext(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := hold.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	for range rounds {
+		if err := s.DB.Exec("UPDATE " + table + " SET n = n").Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := hold.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB.Exec("VACUUM " + table).Error; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// blocksRead is the shared buffers a statement touched (hit or read).
+func blocksRead(t *testing.T, s *models.Store, sql string) float64 {
+	t.Helper()
+	var out []string
+	if err := s.DB.Raw("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).Scan(&out).Error; err != nil {
+		t.Fatalf("explain %s: %v", sql, err)
+	}
+	var plans []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(strings.Join(out, "")), &plans); err != nil {
+		t.Fatal(err)
+	}
+	hit, _ := plans[0].Plan["Shared Hit Blocks"].(float64)
+	read, _ := plans[0].Plan["Shared Read Blocks"].(float64)
+	return hit + read
+}
+
+func tableBy(ts []models.TableSize, name string) (models.TableSize, bool) {
+	for _, x := range ts {
+		if x.Name == name {
+			return x, true
+		}
+	}
+	return models.TableSize{}, false
+}
+
+// TestIndexUpkeepCounterTables: a counter table bloated by updates under a
+// held snapshot is reported by a dry run and left as it is, then rewritten
+// to the pages its rows need while writers keep claiming and releasing the
+// sessions it counts: no write fails, the counts still equal the sessions,
+// and reading the table touches a fraction of the pages. A table whose
+// writer holds its lock past the lock wait is reported busy, not rewritten,
+// and the call neither fails nor waits for the writer.
+func TestIndexUpkeepCounterTables(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.New(t, models.Postgres)
+	queues := []string{"refunds", "billing", "shipping"}
+	var sessions []string
+	for i := range 30 {
+		sessions = append(sessions, escalated(ctx, t, s, 1+i%5, fmt.Sprintf("T-%d", i), queues[i%len(queues)]))
+	}
+	const read = `SELECT CAST(sum(n) AS BIGINT) FROM inbox_counts WHERE n > 0`
+
+	rep, err := s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tables) != 4 || len(rep.TablesBloated) != 0 {
+		t.Fatalf("fresh counter tables: %+v, bloated %+v; want four checked, none bloated", rep.Tables, rep.TablesBloated)
+	}
+
+	bloatCounterTable(ctx, t, s, "inbox_counts", 400)
+	before := blocksRead(t, s, read)
+	rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bloated, ok := tableBy(rep.TablesBloated, "inbox_counts")
+	if !ok || len(rep.TablesRewritten) != 0 {
+		t.Fatalf("dry run after bloating: tables %+v, bloated %+v, rewritten %+v", rep.Tables, rep.TablesBloated, rep.TablesRewritten)
+	}
+	t.Logf("bloated: %+v; reading it touched %.0f blocks", bloated, before)
+	if again := blocksRead(t, s, read); again != before {
+		t.Errorf("the dry run changed the table: %.0f blocks read before, %.0f after", before, again)
+	}
+
+	// Writers claim and release the counted sessions all through the rewrite.
+	var (
+		wg       sync.WaitGroup
+		stop     atomic.Bool
+		writes   atomic.Int64
+		mu       sync.Mutex
+		failures []error
+	)
+	for w := range 3 {
+		wg.Go(func() {
+			u := models.User{ID: fmt.Sprintf("usr_w%d", w), Name: "W", Role: models.RoleAdmin}
+			for i := w; !stop.Load(); i += 3 {
+				id := sessions[i%len(sessions)]
+				row, err := s.GetSession(ctx, id)
+				if err == nil {
+					v := row.StateVersion
+					switch row.Status {
+					case models.StatusEscalated:
+						_, err = s.ClaimEscalation(ctx, id, u, "", models.ClaimInput{ExpectedVersion: &v})
+					case models.StatusHumanActive:
+						_, err = s.ForceRelease(ctx, id, u, "", models.ReleaseInput{ExpectedVersion: &v, Reason: "shift over"})
+					}
+				}
+				var conflict *models.ConflictError
+				var claimed *models.ClaimedError
+				var illegal *models.IllegalTransitionError
+				switch {
+				case err == nil:
+					writes.Add(1)
+				case errors.As(err, &conflict), errors.As(err, &claimed), errors.As(err, &illegal):
+				default:
+					mu.Lock()
+					failures = append(failures, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	for writes.Load() < 5 && len(failures) == 0 {
+		// let the writers get going
+		if _, err := s.GetSession(ctx, sessions[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{Counters: models.CounterUpkeepOpts{LockWait: 5000}})
+	during := writes.Load()
+	for writes.Load() < during+5 && len(failures) == 0 {
+		if _, err := s.GetSession(ctx, sessions[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range failures {
+		t.Errorf("write beside the rewrite: %v", err)
+	}
+	done, ok := tableBy(rep.TablesRewritten, "inbox_counts")
+	if !ok {
+		t.Fatalf("inbox_counts was not rewritten: bloated %+v, rewritten %+v, busy %v", rep.TablesBloated, rep.TablesRewritten, rep.TablesBusy)
+	}
+	after := blocksRead(t, s, read)
+	t.Logf("rewritten beside %d writes in %v: %+v; reading it touched %.0f blocks, %.0f before", writes.Load(), done.Took, done, after, before)
+	if done.After <= 0 || done.After > done.Needs+1 || after*4 > before {
+		t.Errorf("after the rewrite: %d pages (needs %d), %.0f blocks read against %.0f before", done.After, done.Needs, after, before)
+	}
+	if exact, stored := exactInboxCounts(t, s), storedInboxCounts(t, s); !sameCounts(exact, stored) {
+		t.Errorf("maintained counts %v, sessions %v", stored, exact)
+	}
+	if drift, err := s.VerifyInboxCounts(ctx); err != nil || len(drift) != 0 {
+		t.Errorf("verify inbox counts: %v %v", drift, err)
+	}
+	if rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{}); err != nil || len(rep.TablesBloated) != 0 {
+		t.Fatalf("a second pass found %+v bloated (%v); want none", rep.TablesBloated, err)
+	}
+
+	// A writer in the middle of its transaction holds the table: the
+	// rewrite gives up after its lock wait and leaves it for the next round.
+	bloatCounterTable(ctx, t, s, "inbox_counts", 400)
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	if _, err := writer.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.ExecContext(ctx, "LOCK TABLE inbox_counts IN ROW EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{Counters: models.CounterUpkeepOpts{LockWait: 50}})
+	if err != nil {
+		t.Fatalf("upkeep beside a writer holding the table: %v", err)
+	}
+	if _, ok := tableBy(rep.TablesRewritten, "inbox_counts"); ok || len(rep.TablesBusy) != 1 || rep.TablesBusy[0] != "inbox_counts" {
+		t.Errorf("beside a writer holding the table: rewritten %+v, busy %v; want inbox_counts busy", rep.TablesRewritten, rep.TablesBusy)
+	}
+	if _, err := writer.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tableBy(rep.TablesRewritten, "inbox_counts"); !ok {
+		t.Errorf("the next round, with the writer gone: rewritten %+v, busy %v", rep.TablesRewritten, rep.TablesBusy)
+	}
+}
