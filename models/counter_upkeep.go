@@ -27,9 +27,10 @@ import (
 //
 // So index upkeep also rewrites a counter table that has grown past
 // CounterUpkeepOpts.MaxBloat times its live rows' pages. The rewrite
-// (VACUUM FULL) holds an ACCESS EXCLUSIVE lock on the table for as long as
-// copying a few hundred rows takes, a few milliseconds, during which the
-// writers whose triggers update that table wait. It waits for the lock at
+// (VACUUM FULL) holds an ACCESS EXCLUSIVE lock on the table while it copies
+// the rows into new files and syncs them, about 40 ms for 400 rows on a
+// 2-core test machine, during which the writers whose triggers update that
+// table wait. It waits for the lock at
 // most LockWait (lock_timeout): when writers keep the table busy that long,
 // the table is reported busy and left for the next round, and waiting
 // writers queue behind the request for no longer than that.

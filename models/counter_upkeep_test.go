@@ -3,7 +3,6 @@ package models_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -117,7 +116,9 @@ func TestIndexUpkeepCounterTables(t *testing.T) {
 		t.Errorf("the dry run changed the table: %.0f blocks read before, %.0f after", before, again)
 	}
 
-	// Writers claim and release the counted sessions all through the rewrite.
+	// Writers claim and release the counted sessions all through the rewrite
+	// (a claim as one admin, the forced release as another: an admin
+	// releasing their own claim is not a forced release).
 	var (
 		wg       sync.WaitGroup
 		stop     atomic.Bool
@@ -125,9 +126,15 @@ func TestIndexUpkeepCounterTables(t *testing.T) {
 		mu       sync.Mutex
 		failures []error
 	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(failures) > 0
+	}
 	for w := range 3 {
 		wg.Go(func() {
-			u := models.User{ID: fmt.Sprintf("usr_w%d", w), Name: "W", Role: models.RoleAdmin}
+			claimer := models.User{ID: fmt.Sprintf("usr_w%d", w), Name: "W", Role: models.RoleAdmin}
+			releaser := models.User{ID: fmt.Sprintf("usr_w%d", (w+1)%3), Name: "W", Role: models.RoleAdmin}
 			for i := w; !stop.Load(); i += 3 {
 				id := sessions[i%len(sessions)]
 				row, err := s.GetSession(ctx, id)
@@ -135,40 +142,34 @@ func TestIndexUpkeepCounterTables(t *testing.T) {
 					v := row.StateVersion
 					switch row.Status {
 					case models.StatusEscalated:
-						_, err = s.ClaimEscalation(ctx, id, u, "", models.ClaimInput{ExpectedVersion: &v})
+						_, err = s.ClaimEscalation(ctx, id, claimer, "", models.ClaimInput{ExpectedVersion: &v})
 					case models.StatusHumanActive:
-						_, err = s.ForceRelease(ctx, id, u, "", models.ReleaseInput{ExpectedVersion: &v, Reason: "shift over"})
+						_, err = s.ForceRelease(ctx, id, releaser, "", models.ReleaseInput{ExpectedVersion: &v, Reason: "shift over"})
 					}
 				}
-				var conflict *models.ConflictError
-				var claimed *models.ClaimedError
-				var illegal *models.IllegalTransitionError
-				switch {
-				case err == nil:
+				if err == nil {
 					writes.Add(1)
-				case errors.As(err, &conflict), errors.As(err, &claimed), errors.As(err, &illegal):
-				default:
-					mu.Lock()
-					failures = append(failures, err)
-					mu.Unlock()
-					return
+					continue
 				}
+				mu.Lock()
+				failures = append(failures, err)
+				mu.Unlock()
+				return
 			}
 		})
 	}
-	for writes.Load() < 5 && len(failures) == 0 {
-		// let the writers get going
-		if _, err := s.GetSession(ctx, sessions[0]); err != nil {
-			t.Fatal(err)
+	// waitWrites waits until the writers have made n more writes; a writer
+	// that fails ends the wait (and the test, below).
+	waitWrites := func(n int64) {
+		for target := writes.Load() + n; writes.Load() < target && !failed(); {
+			if _, err := s.GetSession(ctx, sessions[0]); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	waitWrites(5)
 	rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{Counters: models.CounterUpkeepOpts{LockWait: 5000}})
-	during := writes.Load()
-	for writes.Load() < during+5 && len(failures) == 0 {
-		if _, err := s.GetSession(ctx, sessions[0]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitWrites(5)
 	stop.Store(true)
 	wg.Wait()
 	if err != nil {
@@ -183,7 +184,9 @@ func TestIndexUpkeepCounterTables(t *testing.T) {
 	}
 	after := blocksRead(t, s, read)
 	t.Logf("rewritten beside %d writes in %v: %+v; reading it touched %.0f blocks, %.0f before", writes.Load(), done.Took, done, after, before)
-	if done.After <= 0 || done.After > done.Needs+1 || after*4 > before {
+	// The writers go on after the rewrite, so the table may have grown a
+	// few pages again by the time it is measured.
+	if done.After <= 0 || done.After*4 > done.Pages || after*4 > before {
 		t.Errorf("after the rewrite: %d pages (needs %d), %.0f blocks read against %.0f before", done.After, done.Needs, after, before)
 	}
 	if exact, stored := exactInboxCounts(t, s), storedInboxCounts(t, s); !sameCounts(exact, stored) {
