@@ -234,3 +234,39 @@ func TestIndexUpkeepCounterTables(t *testing.T) {
 		t.Errorf("the next round, with the writer gone: rewritten %+v, busy %v", rep.TablesRewritten, rep.TablesBusy)
 	}
 }
+
+// TestIndexUpkeepLockIsPerSchema: while another process holds the upkeep
+// lock of a schema, UpkeepIndexes there skips; a store in another schema of
+// the same database does its upkeep all the same.
+func TestIndexUpkeepLockIsPerSchema(t *testing.T) {
+	ctx := context.Background()
+	a, b := storetest.New(t, models.Postgres), storetest.New(t, models.Postgres)
+	var schema string
+	if err := a.DB.Raw("SELECT current_schema()").Scan(&schema).Error; err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, err := a.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_lock($1)", models.IndexUpkeepLockKey(schema)); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := a.UpkeepIndexes(ctx, models.IndexUpkeepOpts{}); err != nil || !rep.Skipped || len(rep.Tables) != 0 {
+		t.Errorf("upkeep of the locked schema: skipped %v, tables %+v (%v); want skipped", rep.Skipped, rep.Tables, err)
+	}
+	if rep, err := b.UpkeepIndexes(ctx, models.IndexUpkeepOpts{}); err != nil || rep.Skipped || len(rep.Tables) != 4 {
+		t.Errorf("upkeep of another schema: skipped %v, tables %+v (%v); want it done", rep.Skipped, rep.Tables, err)
+	}
+	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", models.IndexUpkeepLockKey(schema)); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := a.UpkeepIndexes(ctx, models.IndexUpkeepOpts{}); err != nil || rep.Skipped {
+		t.Errorf("upkeep after the lock was let go: skipped %v (%v)", rep.Skipped, err)
+	}
+}

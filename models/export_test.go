@@ -89,3 +89,6 @@ func MetricRollupUnions(n int) map[string]string {
 		"span sessions": unionByWindow(spanSessionsSQL, ws),
 	}
 }
+
+// IndexUpkeepLockKey is the advisory lock UpkeepIndexes takes for schema.
+func IndexUpkeepLockKey(schema string) int64 { return indexUpkeepLockKey(schema) }

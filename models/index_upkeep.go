@@ -143,7 +143,14 @@ func (s *Store) UpkeepIndexes(ctx context.Context, opts IndexUpkeepOpts) (IndexU
 		return rep, fmt.Errorf("index upkeep: %w", err)
 	}
 	defer conn.Release()
-	key := lockKey("taskpilots index upkeep")
+	// Advisory locks are per database; the key names the schema too, so
+	// that deployments (and tests) in other schemas of the same database,
+	// whose tables are others, do not skip their upkeep for this one.
+	var schema string
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return rep, fmt.Errorf("index upkeep: schema: %w", err)
+	}
+	key := indexUpkeepLockKey(schema)
 	var got bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
 		return rep, fmt.Errorf("index upkeep: lock: %w", err)
@@ -233,6 +240,11 @@ func (s *Store) UpkeepIndexes(ctx context.Context, opts IndexUpkeepOpts) (IndexU
 	}
 	rep.Tables, rep.TablesBloated, rep.TablesRewritten, rep.TablesBusy, err = upkeepCounters(ctx, conn, opts.Counters, opts.DryRun)
 	return rep, err
+}
+
+// indexUpkeepLockKey is the advisory lock of the upkeep of one schema.
+func indexUpkeepLockKey(schema string) int64 {
+	return lockKey("taskpilots index upkeep " + schema)
 }
 
 // quoteIdent quotes a PostgreSQL identifier.
