@@ -94,23 +94,22 @@ func counterPagesNeeded(bytes int64) int64 {
 }
 
 // upkeepCounters checks every counter table on conn and rewrites the
-// bloated ones, unless dry; it runs inside UpkeepIndexes' advisory lock.
-// It returns every table checked, the bloated ones, the rewritten ones
-// (with After) and the names of those whose lock it could not get in time.
-func upkeepCounters(ctx context.Context, conn *pgxpool.Conn, o CounterUpkeepOpts, dry bool) (checked, bloated, rewritten []TableSize, busy []string, err error) {
+// bloated ones, unless dry; it runs inside UpkeepIndexes' advisory lock and
+// records what it saw and did in rep's Tables* fields.
+func upkeepCounters(ctx context.Context, conn *pgxpool.Conn, o CounterUpkeepOpts, dry bool, rep *IndexUpkeepReport) error {
 	o = o.withDefaults()
 	for _, name := range counterTables {
 		ts := TableSize{Name: name}
 		var bytes int64
 		if err := conn.QueryRow(ctx, fmt.Sprintf(counterSizeSQL, name)).Scan(&ts.Rows, &bytes, &ts.Pages); err != nil {
-			return checked, bloated, rewritten, busy, fmt.Errorf("counter upkeep: size of %s: %w", name, err)
+			return fmt.Errorf("counter upkeep: size of %s: %w", name, err)
 		}
 		ts.Needs = counterPagesNeeded(bytes)
-		checked = append(checked, ts)
+		rep.Tables = append(rep.Tables, ts)
 		if ts.Pages <= o.MinPages || float64(ts.Pages) <= o.MaxBloat*float64(ts.Needs) {
 			continue
 		}
-		bloated = append(bloated, ts)
+		rep.TablesBloated = append(rep.TablesBloated, ts)
 		if dry {
 			continue
 		}
@@ -118,18 +117,18 @@ func upkeepCounters(ctx context.Context, conn *pgxpool.Conn, o CounterUpkeepOpts
 		ok, err := rewriteCounterTable(ctx, conn, name, o.LockWait)
 		ts.Took = time.Since(start)
 		if err != nil {
-			return checked, bloated, rewritten, busy, err
+			return err
 		}
 		if !ok {
-			busy = append(busy, name)
+			rep.TablesBusy = append(rep.TablesBusy, name)
 			continue
 		}
 		if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT pg_relation_size('%s'::regclass) / current_setting('block_size')::bigint", name)).Scan(&ts.After); err != nil {
-			return checked, bloated, rewritten, busy, fmt.Errorf("counter upkeep: size of %s: %w", name, err)
+			return fmt.Errorf("counter upkeep: size of %s: %w", name, err)
 		}
-		rewritten = append(rewritten, ts)
+		rep.TablesRewritten = append(rep.TablesRewritten, ts)
 	}
-	return checked, bloated, rewritten, busy, nil
+	return nil
 }
 
 // rewriteCounterTable runs VACUUM FULL on name with lock_timeout set to

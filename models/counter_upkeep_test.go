@@ -2,9 +2,8 @@ package models_test
 
 import (
 	"context"
-	"encoding/json"
+	"database/sql"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,32 @@ import (
 	"github.com/taskpilots/handoff/models/storetest"
 )
 
+// ownConn is a connection of s's pool that the test keeps to itself (a
+// transaction or a session lock held across other calls), closed at the end.
+func ownConn(ctx context.Context, t *testing.T, s *models.Store) *sql.Conn {
+	t.Helper()
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// execOn runs each statement on c, failing the test on an error.
+func execOn(ctx context.Context, t *testing.T, c *sql.Conn, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := c.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 // bloatCounterTable updates every row of table again and again while another
 // connection holds a snapshot, as a long report, a backup or a bulk load
 // does: no old version can be pruned, so the new ones go to new pages; then
@@ -20,30 +45,15 @@ import (
 // give them back (the live rows sit on the last ones).
 func bloatCounterTable(ctx context.Context, t *testing.T, s *models.Store, table string, rounds int) {
 	t.Helper()
-	sqlDB, err := s.DB.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hold, err := sqlDB.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Close()
-	if _, err := hold.ExecContext(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	if err := hold.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	hold := ownConn(ctx, t, s)
+	defer hold.Close() // back to the pool now; the cleanup's second Close is a no-op
+	execOn(ctx, t, hold, "BEGIN ISOLATION LEVEL REPEATABLE READ", "SELECT count(*) FROM "+table)
 	for range rounds {
 		if err := s.DB.Exec("UPDATE " + table + " SET n = n").Error; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := hold.ExecContext(ctx, "COMMIT"); err != nil {
-		t.Fatal(err)
-	}
+	execOn(ctx, t, hold, "COMMIT")
 	if err := s.DB.Exec("VACUUM " + table).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -52,18 +62,9 @@ func bloatCounterTable(ctx context.Context, t *testing.T, s *models.Store, table
 // blocksRead is the shared buffers a statement touched (hit or read).
 func blocksRead(t *testing.T, s *models.Store, sql string) float64 {
 	t.Helper()
-	var out []string
-	if err := s.DB.Raw("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).Scan(&out).Error; err != nil {
-		t.Fatalf("explain %s: %v", sql, err)
-	}
-	var plans []struct {
-		Plan map[string]any `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(strings.Join(out, "")), &plans); err != nil {
-		t.Fatal(err)
-	}
-	hit, _ := plans[0].Plan["Shared Hit Blocks"].(float64)
-	read, _ := plans[0].Plan["Shared Read Blocks"].(float64)
+	plan, _ := explainPlan(t, s, sql)
+	hit, _ := plan["Shared Hit Blocks"].(float64)
+	read, _ := plan["Shared Read Blocks"].(float64)
 	return hit + read
 }
 
@@ -202,21 +203,8 @@ func TestIndexUpkeepCounterTables(t *testing.T) {
 	// A writer in the middle of its transaction holds the table: the
 	// rewrite gives up after its lock wait and leaves it for the next round.
 	bloatCounterTable(ctx, t, s, "inbox_counts", 400)
-	sqlDB, err := s.DB.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer, err := sqlDB.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
-	if _, err := writer.ExecContext(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := writer.ExecContext(ctx, "LOCK TABLE inbox_counts IN ROW EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	writer := ownConn(ctx, t, s)
+	execOn(ctx, t, writer, "BEGIN", "LOCK TABLE inbox_counts IN ROW EXCLUSIVE MODE")
 	rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{Counters: models.CounterUpkeepOpts{LockWait: 50}})
 	if err != nil {
 		t.Fatalf("upkeep beside a writer holding the table: %v", err)
@@ -224,9 +212,7 @@ func TestIndexUpkeepCounterTables(t *testing.T) {
 	if _, ok := tableBy(rep.TablesRewritten, "inbox_counts"); ok || len(rep.TablesBusy) != 1 || rep.TablesBusy[0] != "inbox_counts" {
 		t.Errorf("beside a writer holding the table: rewritten %+v, busy %v; want inbox_counts busy", rep.TablesRewritten, rep.TablesBusy)
 	}
-	if _, err := writer.ExecContext(ctx, "COMMIT"); err != nil {
-		t.Fatal(err)
-	}
+	execOn(ctx, t, writer, "COMMIT")
 	if rep, err = s.UpkeepIndexes(ctx, models.IndexUpkeepOpts{}); err != nil {
 		t.Fatal(err)
 	}
@@ -245,15 +231,7 @@ func TestIndexUpkeepLockIsPerSchema(t *testing.T) {
 	if err := a.DB.Raw("SELECT current_schema()").Scan(&schema).Error; err != nil {
 		t.Fatal(err)
 	}
-	sqlDB, err := a.DB.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, err := sqlDB.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
+	holder := ownConn(ctx, t, a)
 	if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_lock($1)", models.IndexUpkeepLockKey(schema)); err != nil {
 		t.Fatal(err)
 	}

@@ -227,16 +227,7 @@ func TestInboxCountsVerifyAndRepair(t *testing.T) {
 // read. It returns the plan too, for the failure message.
 func rowsRead(t *testing.T, s *models.Store, sql string, relations ...string) (float64, string) {
 	t.Helper()
-	var out []string
-	if err := s.DB.Raw("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).Scan(&out).Error; err != nil {
-		t.Fatalf("explain %s: %v", sql, err)
-	}
-	var plans []struct {
-		Plan map[string]any `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(strings.Join(out, "")), &plans); err != nil {
-		t.Fatal(err)
-	}
+	plan, text := explainPlan(t, s, sql)
 	var walk func(n map[string]any) float64
 	walk = func(n map[string]any) float64 {
 		var sum float64
@@ -255,7 +246,24 @@ func rowsRead(t *testing.T, s *models.Store, sql string, relations ...string) (f
 		}
 		return sum
 	}
-	return walk(plans[0].Plan), strings.Join(out, "\n")
+	return walk(plan), text
+}
+
+// explainPlan runs sql under EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) and
+// returns the top node of its plan, and the plan as text for messages.
+func explainPlan(t *testing.T, s *models.Store, sql string) (map[string]any, string) {
+	t.Helper()
+	var out []string
+	if err := s.DB.Raw("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).Scan(&out).Error; err != nil {
+		t.Fatalf("explain %s: %v", sql, err)
+	}
+	var plans []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(strings.Join(out, "")), &plans); err != nil {
+		t.Fatal(err)
+	}
+	return plans[0].Plan, strings.Join(out, "\n")
 }
 
 // sessionRowsRead is rowsRead over sessions.

@@ -238,7 +238,7 @@ func (s *Store) UpkeepIndexes(ctx context.Context, opts IndexUpkeepOpts) (IndexU
 		}
 		rep.Rebuilt = append(rep.Rebuilt, is)
 	}
-	rep.Tables, rep.TablesBloated, rep.TablesRewritten, rep.TablesBusy, err = upkeepCounters(ctx, conn, opts.Counters, opts.DryRun)
+	err = upkeepCounters(ctx, conn, opts.Counters, opts.DryRun, &rep)
 	return rep, err
 }
 

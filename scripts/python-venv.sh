@@ -11,6 +11,8 @@
 # cmd/taskpilots/sdk_test.go runs the suites and examples with the venv's python.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/apt-missing.sh
+. scripts/apt-missing.sh
 
 # Debian's packages install into the system interpreter, whatever python3
 # comes first on PATH (pyenv, conda).
@@ -25,18 +27,9 @@ if [ -x "$PY" ]; then
 else
 	missing+=(python3-venv python3-httpx)
 fi
-if [ ${#missing[@]} -gt 0 ]; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "installing Debian's ${missing[*]} for the Python client's tests"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq "${missing[@]}" >/dev/null
-	else
-		echo "the Python client's tests need ${missing[*]} for $PY; as root: apt-get install ${missing[*]}" >&2
-		echo "(or set TASKPILOTS_SDK_PYTHON to a python3 that has the venv module and httpx >= 0.23)" >&2
-		exit 1
-	fi
-fi
+apt_install_missing "the Python client's tests (with $PY)" \
+	"(or set TASKPILOTS_SDK_PYTHON to a python3 that has the venv module and httpx >= 0.23)" \
+	${missing[@]+"${missing[@]}"}
 
 rm -rf "$VENV"
 "$PY" -m venv --system-site-packages "$VENV"

@@ -10,6 +10,8 @@
 # (PostgreSQL is scripts/test-postgres.sh's business, Python's
 # scripts/python-venv.sh's.)
 set -euo pipefail
+# shellcheck source=scripts/apt-missing.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt-missing.sh"
 
 missing=()
 if [ -n "${TASKPILOTS_CHROMIUM:-}" ]; then
@@ -23,18 +25,9 @@ fi
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 
-if [ ${#missing[@]} -gt 0 ]; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "installing Debian's ${missing[*]} for the tests"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq "${missing[@]}" >/dev/null
-	else
-		echo "the tests need ${missing[*]}; as root: apt-get install ${missing[*]}" >&2
-		echo "(chromium runs the browser tests, or set TASKPILOTS_CHROMIUM; node and npm the webhook and TypeScript client tests)" >&2
-		exit 1
-	fi
-fi
+apt_install_missing "the tests" \
+	"(chromium runs the browser tests, or set TASKPILOTS_CHROMIUM; node and npm the webhook and TypeScript client tests)" \
+	${missing[@]+"${missing[@]}"}
 
 browser=${TASKPILOTS_CHROMIUM:-$(command -v chromium || command -v chromium-browser)}
 echo "tools: $("$browser" --version 2>/dev/null || echo "$browser"), node $(node --version), npm $(npm --version)"
