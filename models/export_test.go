@@ -1,6 +1,9 @@
 package models
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // LaterChecked lets the external tests queue a statement judged in Go.
 func (t *Tx) LaterChecked(check func(rows int64, err error) error, query string, args ...any) {
@@ -92,3 +95,17 @@ func MetricRollupUnions(n int) map[string]string {
 
 // IndexUpkeepLockKey is the advisory lock UpkeepIndexes takes for schema.
 func IndexUpkeepLockKey(schema string) int64 { return indexUpkeepLockKey(schema) }
+
+// MetricsFoldedSpans are the spans of [from, to) that a metrics request
+// folds from the event log, given the rollups in the database now.
+func (s *Store) MetricsFoldedSpans(ctx context.Context, from, to time.Time) ([][2]time.Time, error) {
+	st, ok, err := readRollupState(s.read(ctx))
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]time.Time
+	for _, sp := range planWindow(NewUTCTime(from), NewUTCTime(to), st, ok).spans {
+		out = append(out, [2]time.Time{sp[0].Time, sp[1].Time})
+	}
+	return out, nil
+}

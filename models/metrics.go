@@ -563,7 +563,9 @@ const foldChunkSize = 500
 func (s *Store) foldEvents(ctx context.Context, f *metricsFold, from, to UTCTime) error {
 	db := s.read(ctx)
 	var ids []string
-	if err := db.Raw(foldSessionsSQL, from, to).Scan(&ids).Error; err != nil {
+	// Planned for its range every time (see customPlan): an hour, a slice
+	// or a window, with anything from no events to a million.
+	if err := s.customPlan(db).Raw(foldSessionsSQL, from, to).Scan(&ids).Error; err != nil {
 		return fmt.Errorf("metrics: sessions of the window: %w", err)
 	}
 	// Each session's events come in one chunk, together (ORDER BY

@@ -46,6 +46,18 @@ import (
 // metricRollupGrace is how long after an hour ends it is rolled up.
 const metricRollupGrace = 5 * time.Minute
 
+// metricSlice is the length of the slices of the open hour that are rolled
+// up before the hour is, and metricSliceGrace how long after a slice ends
+// it is: a request folds at most slice + grace (+ the pass interval) of
+// events at its end. The slices can wait less than the hour because they
+// are provisional: the hour's own fold, 5 minutes after it ends, replaces
+// them, so a write that commits more than a minute after its time stamp is
+// missing from its slice only until then.
+const (
+	metricSlice      = 5 * time.Minute
+	metricSliceGrace = time.Minute
+)
+
 // overallQueue is the queue name under which the rollups keep the whole
 // system's figures; no queue can be called that (namePattern).
 const overallQueue = "*"
@@ -344,58 +356,109 @@ func ceilHour(t time.Time) time.Time {
 	return f.Add(time.Hour)
 }
 
-// rolledThrough returns the end of the hours rolled up (false before the
-// first pass).
-func rolledThrough(db *gorm.DB) (time.Time, bool, error) {
-	var rows []struct{ RolledThrough UTCTime }
-	if err := db.Raw(`SELECT rolled_through FROM metric_rollup_state WHERE id = 1`).Scan(&rows).Error; err != nil {
-		return time.Time{}, false, fmt.Errorf("metric rollups: read state: %w", err)
+func floorSlice(t time.Time) time.Time { return t.UTC().Truncate(metricSlice) }
+
+func ceilSlice(t time.Time) time.Time {
+	f := floorSlice(t)
+	if f.Equal(t) {
+		return f
+	}
+	return f.Add(metricSlice)
+}
+
+// rollupState is how far the rollups reach: every hour before hours is
+// rolled up whole, and the slices of [hours, through) are rolled up
+// (through - hours is at most an hour; equal when no slice is).
+type rollupState struct {
+	hours, through time.Time
+}
+
+// readRollupState reads the rollup state (false before the first pass).
+func readRollupState(db *gorm.DB) (rollupState, bool, error) {
+	var rows []struct{ RolledThrough, HoursThrough UTCTime }
+	if err := db.Raw(`SELECT rolled_through, hours_through FROM metric_rollup_state WHERE id = 1`).Scan(&rows).Error; err != nil {
+		return rollupState{}, false, fmt.Errorf("metric rollups: read state: %w", err)
 	}
 	if len(rows) == 0 {
-		return time.Time{}, false, nil
+		return rollupState{}, false, nil
 	}
-	return rows[0].RolledThrough.Time, true, nil
+	return rollupState{hours: rows[0].HoursThrough.Time, through: rows[0].RolledThrough.Time}, true, nil
+}
+
+// MetricRollupPass is what one RollupMetrics call rolled up.
+type MetricRollupPass struct {
+	Hours  int // hours rolled up whole
+	Slices int // 5-minute slices of the open hour
 }
 
 // RollupMetrics rolls up every closed hour not rolled up yet (from the
-// first event on the first run: the backfill), one hour per transaction, and
-// returns how many it rolled up. Several processes may run it: the passes
-// take turns (an advisory lock on PostgreSQL, the single writer on SQLite),
-// and an hour is written once.
-func (s *Store) RollupMetrics(ctx context.Context) (int, error) {
-	n := 0
+// first event on the first run: the backfill), then the settled slices of
+// the hour still open, one hour or slice per transaction. Several processes
+// may run it: the passes take turns (an advisory lock on PostgreSQL, the
+// single writer on SQLite), and an hour or slice is written once.
+func (s *Store) RollupMetrics(ctx context.Context) (MetricRollupPass, error) {
+	var pass MetricRollupPass
 	for {
-		done, err := s.rollupNextHour(ctx)
-		if err != nil || !done {
-			return n, err
+		did, err := s.rollupNext(ctx)
+		if err != nil || did == nothingDue {
+			return pass, err
 		}
-		n++
+		if did == rolledHour {
+			pass.Hours++
+		} else if did == rolledSlice {
+			pass.Slices++
+		}
 	}
 }
 
-// rollupNextHour rolls up the next hour due, if any.
-func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
+// What rollupNext did.
+const (
+	nothingDue = iota
+	rolledHour
+	rolledSlice
+	rolledElsewhere // another process moved the state on; look again
+)
+
+// rollupNext rolls up the next hour due or, when no hour is, the next
+// slice due of the hour after the last one rolled up whole.
+func (s *Store) rollupNext(ctx context.Context) (int, error) {
 	db := s.DB.WithContext(ctx)
-	w, ok, err := rolledThrough(db)
+	st, ok, err := readRollupState(db)
 	if err != nil {
-		return false, err
+		return nothingDue, err
 	}
 	if !ok {
 		var first []struct{ At *UTCTime }
 		if err := db.Raw(`SELECT MIN(created_at) AS at FROM events`).Scan(&first).Error; err != nil {
-			return false, fmt.Errorf("metric rollups: first event: %w", err)
+			return nothingDue, fmt.Errorf("metric rollups: first event: %w", err)
 		}
 		if len(first) == 0 || first[0].At == nil || first[0].At.IsZero() {
-			return false, nil
+			return nothingDue, nil
 		}
-		w = floorHour(first[0].At.Time)
+		h := floorHour(first[0].At.Time)
+		st = rollupState{hours: h, through: h}
 	}
-	settled := floorHour(s.now().Add(-metricRollupGrace))
-	if !w.Before(settled) {
-		return false, nil
+	now := s.now()
+	if st.hours.Before(floorHour(now.Add(-metricRollupGrace))) {
+		// The hour is settled: its own fold replaces its slices.
+		end := st.hours.Add(time.Hour)
+		return s.rollupSpan(ctx, st, ok, [2]time.Time{st.hours, end}, rollupState{hours: end, through: end}, rolledHour)
 	}
-	hour := w
-	from, to := NewUTCTime(hour), NewUTCTime(hour.Add(time.Hour))
+	if st.through.Before(floorSlice(now.Add(-metricSliceGrace))) {
+		end := st.through.Add(metricSlice)
+		return s.rollupSpan(ctx, st, ok, [2]time.Time{st.through, end}, rollupState{hours: st.hours, through: end}, rolledSlice)
+	}
+	return nothingDue, nil
+}
+
+// rollupSpan folds span (an hour, or a slice) and writes its rows in place
+// of those of every earlier roll-up inside it (an hour's slices), moving
+// the state from st (none when !ok) to next, and returns did. When another
+// process moved the state meanwhile, it writes nothing and returns
+// rolledElsewhere: the caller looks again.
+func (s *Store) rollupSpan(ctx context.Context, st rollupState, ok bool, span [2]time.Time, next rollupState, did int) (int, error) {
+	db := s.DB.WithContext(ctx)
+	from, to := NewUTCTime(span[0]), NewUTCTime(span[1])
 	f := newMetricsFold(from.Time, to.Time)
 	var sessions []metricSessionHour
 	f.onActive = func(sf *sessionFold) {
@@ -405,7 +468,7 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 		}
 	}
 	if err := s.foldEvents(ctx, f, from, to); err != nil {
-		return false, err
+		return nothingDue, err
 	}
 	var counters []metricRollupRow
 	for q, a := range f.queues {
@@ -416,9 +479,11 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 	f.overall.counters(func(name string, v int64) {
 		counters = append(counters, metricRollupRow{Bucket: from, Queue: overallQueue, Name: name, Value: v})
 	})
+	// The previous buckets are those before the span: an hour's own
+	// slices are not among them.
 	firsts, err := sessionFirsts(db, from, sessions)
 	if err != nil {
-		return false, err
+		return nothingDue, err
 	}
 	err = s.Transact(ctx, func(tx *gorm.DB) error {
 		if s.Dialect == Postgres {
@@ -426,21 +491,17 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 				return err
 			}
 		}
-		cur, ok, err := rolledThrough(tx)
+		cur, curOK, err := readRollupState(tx)
 		if err != nil {
 			return err
 		}
-		if ok && !cur.Equal(hour) {
+		if curOK != ok || (ok && (!cur.hours.Equal(st.hours) || !cur.through.Equal(st.through))) {
 			return errRolledByOther
 		}
-		if err := tx.Where("bucket = ?", from).Delete(&metricRollupRow{}).Error; err != nil {
-			return err
-		}
-		if err := tx.Where("bucket = ?", from).Delete(&metricSessionHour{}).Error; err != nil {
-			return err
-		}
-		if err := tx.Where("bucket = ?", from).Delete(&metricSessionFirst{}).Error; err != nil {
-			return err
+		for _, m := range []any{&metricRollupRow{}, &metricSessionHour{}, &metricSessionFirst{}} {
+			if err := tx.Where("bucket >= ? AND bucket < ?", from, to).Delete(m).Error; err != nil {
+				return err
+			}
 		}
 		if len(counters) > 0 {
 			if err := tx.CreateInBatches(counters, 1000).Error; err != nil {
@@ -457,18 +518,19 @@ func (s *Store) rollupNextHour(ctx context.Context) (bool, error) {
 				return err
 			}
 		}
+		hours, through := NewUTCTime(next.hours), NewUTCTime(next.through)
 		if ok {
-			return tx.Exec(`UPDATE metric_rollup_state SET rolled_through = ? WHERE id = 1`, to).Error
+			return tx.Exec(`UPDATE metric_rollup_state SET rolled_through = ?, hours_through = ? WHERE id = 1`, through, hours).Error
 		}
-		return tx.Exec(`INSERT INTO metric_rollup_state (id, rolled_through) VALUES (1, ?)`, to).Error
+		return tx.Exec(`INSERT INTO metric_rollup_state (id, rolled_through, hours_through) VALUES (1, ?, ?)`, through, hours).Error
 	})
 	if errors.Is(err, errRolledByOther) {
-		return true, nil // another process moved on; look again
+		return rolledElsewhere, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("metric rollups: hour %s: %w", from, err)
+		return nothingDue, fmt.Errorf("metric rollups: %s to %s: %w", from, to, err)
 	}
-	return true, nil
+	return did, nil
 }
 
 // The request's reads of the rollups (TestMetricsRollupPlansAtScale
@@ -484,8 +546,8 @@ WHERE bucket >= ? AND bucket < ? AND prev < ? GROUP BY queue, kind`
 FROM metric_session_hours WHERE session_id IN ? AND bucket >= ? AND bucket < ? GROUP BY session_id, queue`
 )
 
-// errRolledByOther: another process rolled the hour up meanwhile.
-var errRolledByOther = errors.New("hour rolled up by another process")
+// errRolledByOther: another process rolled the span up meanwhile.
+var errRolledByOther = errors.New("rolled up by another process")
 
 // edgeFold is the fold of a span folded from the event log (a partial
 // hour at a window's end, or a whole window without rolled-up hours): its

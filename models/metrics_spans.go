@@ -35,13 +35,25 @@ type windowPlan struct {
 	spans    [][2]UTCTime
 }
 
-// planWindow plans [from, to) given the end w of the hours rolled up (ok
-// false before the first pass), exactly as one window is read alone.
-func planWindow(from, to UTCTime, w time.Time, ok bool) windowPlan {
+// planWindow plans [from, to) given how far the rollups reach (ok false
+// before the first pass), exactly as one window is read alone. The rolled-up
+// part [ua, ub) starts and ends on bucket boundaries: whole hours where the
+// hours are rolled up whole, slices in the hour after them. A session's
+// previous bucket (metric_session_firsts.prev) is then before ua exactly
+// when it is outside [ua, ub), because no bucket straddles ua.
+func planWindow(from, to UTCTime, st rollupState, ok bool) windowPlan {
 	p := windowPlan{from: from, to: to}
 	a, b := ceilHour(from.Time), floorHour(to.Time)
-	if ok && w.Before(b) {
-		b = w
+	if ok {
+		if !floorHour(from.Time).Before(st.hours) {
+			a = ceilSlice(from.Time)
+		}
+		if !b.Before(st.hours) {
+			b = floorSlice(to.Time)
+		}
+		if st.through.Before(b) {
+			b = st.through
+		}
 	}
 	if !ok || !a.Before(b) {
 		p.spans = [][2]UTCTime{{from, to}}
@@ -126,7 +138,9 @@ func (s *Store) foldSpans(ctx context.Context, spans [][2]UTCTime) (map[[2]int64
 		W         int
 		SessionID string
 	}
-	if err := db.Raw(unionByWindow(spanSessionsSQL, branches), args...).Scan(&found).Error; err != nil {
+	// Planned for its spans every time (see customPlan): they are
+	// usually minutes long, sometimes a busy hour.
+	if err := s.customPlan(db).Raw(unionByWindow(spanSessionsSQL, branches), args...).Scan(&found).Error; err != nil {
 		return nil, fmt.Errorf("metrics: sessions of the windows' ends: %w", err)
 	}
 	of := map[string][]int{} // the spans of each session
@@ -227,14 +241,14 @@ func foldChunkSpans(db *gorm.DB, ids []string, to UTCTime, open func(sid string)
 // top of this file). The figures are each window's own.
 func (s *Store) windowsMetrics(ctx context.Context, wins []MetricsOpts) ([]ProductMetrics, error) {
 	db := s.read(ctx)
-	w, ok, err := rolledThrough(db)
+	st, ok, err := readRollupState(db)
 	if err != nil {
 		return nil, err
 	}
 	plans := make([]windowPlan, len(wins))
 	var spans [][2]UTCTime
 	for i, o := range wins {
-		plans[i] = planWindow(NewUTCTime(o.From), NewUTCTime(o.To), w, ok)
+		plans[i] = planWindow(NewUTCTime(o.From), NewUTCTime(o.To), st, ok)
 		spans = append(spans, plans[i].spans...)
 	}
 	edges, err := s.foldSpans(ctx, spans)

@@ -163,11 +163,11 @@ func BenchmarkProductMetrics(b *testing.B) {
 	n := cloneSessions(ctx, b, s, want, 30*24*time.Hour)
 	b.Logf("%d events written in %v", n, time.Since(began).Round(time.Millisecond))
 	began = time.Now()
-	hours, err := s.RollupMetrics(ctx)
+	pass, err := s.RollupMetrics(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("backfilled %d hours of rollups in %v", hours, time.Since(began).Round(time.Millisecond))
+	b.Logf("backfilled %d hours of rollups in %v", pass.Hours, time.Since(began).Round(time.Millisecond))
 	now := time.Now()
 	windows := []struct {
 		name     string
