@@ -81,6 +81,9 @@ type Store struct {
 	// foldChunkOverride, when set (tests only), is how many sessions one statement
 	// of the metrics fold reads instead of foldChunkSize.
 	foldChunkOverride int
+	// rollupHook, when set (tests only), hears about every metric rollup
+	// pass of RunMaintenance.
+	rollupHook func(MetricRollupPass, error)
 	// bulkHook, when set (tests only), runs before each session of a bulk
 	// is written, so a test can change the session in between.
 	bulkHook func(sessionID string)

@@ -109,3 +109,11 @@ func (s *Store) MetricsFoldedSpans(ctx context.Context, from, to time.Time) ([][
 	}
 	return out, nil
 }
+
+// SetRollupHook makes RunMaintenance's metric rollups call hook after each
+// pass.
+func (s *Store) SetRollupHook(hook func(MetricRollupPass, error)) { s.rollupHook = hook }
+
+// MetricRollupLockSQL takes the advisory lock of the current schema's metric
+// rollup passes (for the rest of the transaction).
+const MetricRollupLockSQL = metricRollupLockSQL

@@ -490,7 +490,12 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 	s.maint.mu.Unlock()
 	t := time.NewTimer(0)
 	defer t.Stop()
-	var lastRollup time.Time
+	rollups := make(chan struct{})
+	go func() {
+		defer close(rollups)
+		s.runMetricRollups(ctx)
+	}()
+	defer func() { <-rollups }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -503,17 +508,6 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 		passCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		rep, next, err := s.MaintainNext(passCtx)
 		cancel()
-		if now := s.now(); now.Sub(lastRollup) >= metricRollupEvery {
-			// The metric rollups of the hours closed since (all of them on
-			// the first pass: the backfill). Not a timer kind: nothing in
-			// the database says an hour has closed.
-			lastRollup = now
-			rctx, rcancel := context.WithTimeout(ctx, 5*time.Minute)
-			if _, rerr := s.RollupMetrics(rctx); rerr != nil && ctx.Err() == nil {
-				s.Logger.Error("metric rollups", "err", rerr)
-			}
-			rcancel()
-		}
 		if onPass != nil && ctx.Err() == nil {
 			onPass(rep, err)
 		}
@@ -550,9 +544,37 @@ func (s *Store) RunMaintenance(ctx context.Context, maxSleep time.Duration, onPa
 	}
 }
 
-// metricRollupEvery is how often the maintenance loop looks for closed
-// hours to roll up (at the next pass after it).
+// metricRollupEvery is how often RunMaintenance looks for closed hours and
+// slices to roll up.
 const metricRollupEvery = time.Minute
+
+// runMetricRollups rolls up the metrics at start (all hours since the first
+// event on the first run: the backfill) and then every metricRollupEvery,
+// until ctx is done. Not a timer kind: nothing in the database says an hour
+// or a slice has closed. Beside the maintenance loop, not in it: a pass
+// folds an hour or a slice of events, seconds to a minute at a million
+// events an hour (and the backfill after an upgrade, minutes), and in the
+// loop it held up lease expiries, snoozes and SLA breaches behind it.
+func (s *Store) runMetricRollups(ctx context.Context) {
+	t := time.NewTicker(metricRollupEvery)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		pass, err := s.RollupMetrics(rctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.Logger.Error("metric rollups", "err", err)
+		}
+		if s.rollupHook != nil && ctx.Err() == nil {
+			s.rollupHook(pass, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
 
 // DefaultMaintainMaxSleep is the longest the maintenance loop sleeps when
 // nothing is due in this process.

@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,6 +116,16 @@ func TestMaintenanceLoopIdlesWithoutStatements(t *testing.T) {
 	defer cancel()
 	id, _ := storetest.Delegated(ctx, t, s, "loop-q")
 	passes := make(chan models.MaintenanceReport, 16)
+	rolled := make(chan struct{}, 1)
+	s.SetRollupHook(func(_ models.MetricRollupPass, err error) {
+		if err != nil {
+			t.Errorf("metric rollups: %v", err)
+		}
+		select {
+		case rolled <- struct{}{}:
+		default:
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -126,6 +137,7 @@ func TestMaintenanceLoopIdlesWithoutStatements(t *testing.T) {
 		})
 	}()
 	<-passes // the first pass, at start
+	<-rolled // and the first metric rollups, beside it (then a minute's rest)
 	count := countStatements(t, s)
 	time.Sleep(300 * time.Millisecond)
 	if n := count(); n != 0 {
@@ -176,4 +188,118 @@ func TestMaintainRestsOnSkippedRows(t *testing.T) {
 			t.Fatalf("next pass at %v, now %v: it would spin", next, clk.Now())
 		}
 	})
+}
+
+// TestMetricRollupsDoNotHoldUpMaintenance: the metric rollups run beside
+// the maintenance loop, not in it. A rollup pass folds an hour or a slice
+// of events (up to a minute at a million events an hour, minutes for the
+// backfill after an upgrade); here one waits on the rollup lock that
+// another process holds, and a lease that expires meanwhile is still
+// rescued at once. In the loop, the rescue waited for the rollup.
+func TestMetricRollupsDoNotHoldUpMaintenance(t *testing.T) {
+	s := storetest.New(t, models.Postgres)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		clock = time.Now().Add(-2 * time.Hour)
+	)
+	s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	setClock := func(t time.Time) { mu.Lock(); defer mu.Unlock(); clock = t }
+	// An hour two hours ago with events: due for a rollup.
+	storetest.Delegated(ctx, t, s, "rollup-q")
+	setClock(time.Now())
+
+	// Another process holds the rollup lock of this schema.
+	sqlDB, err := s.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := func() {
+		_, _ = holder.ExecContext(context.Background(), "ROLLBACK")
+		_ = holder.Close()
+	}
+	defer release()
+	if _, err := holder.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.ExecContext(ctx, models.MetricRollupLockSQL); err != nil {
+		t.Fatal(err)
+	}
+
+	passes := make(chan models.MaintenanceReport, 64)
+	rolled := make(chan models.MetricRollupPass, 4)
+	s.SetRollupHook(func(p models.MetricRollupPass, err error) {
+		if err != nil {
+			t.Errorf("metric rollups: %v", err)
+		}
+		rolled <- p
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.RunMaintenance(ctx, 50*time.Millisecond, func(r models.MaintenanceReport, err error) {
+			if err != nil {
+				t.Errorf("pass: %v", err)
+			}
+			select {
+			case passes <- r:
+			default:
+			}
+		})
+	}()
+	// Wait until the rollup pass waits for the lock.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var waiting int
+		if err := s.DB.Raw(`WITH k AS (SELECT hashtextextended('taskpilots metric_rollups ' || current_schema(), 0) AS key)
+SELECT count(*) FROM pg_locks, k WHERE locktype = 'advisory' AND NOT granted
+	AND classid::bigint = (k.key >> 32) & 4294967295 AND objid::bigint = k.key & 4294967295`).Scan(&waiting).Error; err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the metric rollup pass never waited for the lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A lease taken now and expired a minute later is rescued while the
+	// rollup still waits.
+	id := storetest.Session(ctx, t, s, nil)
+	v, lease := int64(1), 30
+	if _, err := s.Delegate(ctx, id, "test:controller", "", models.DelegateInput{Queue: "rescue-q", Step: "check", ExpectedVersion: &v, LeaseSeconds: &lease}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.Claim(ctx, "rescue-q", "w-1", "test:worker", ""); err != nil || l == nil {
+		t.Fatalf("claim: %v %v", l, err)
+	}
+	setClock(time.Now().Add(time.Minute))
+	for rescued := false; !rescued; {
+		select {
+		case r := <-passes:
+			rescued = r.Rescued > 0
+		case p := <-rolled:
+			t.Fatalf("the rollup pass ended (%+v) while the lock was held", p)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the expired lease was not rescued while a metric rollup pass waited")
+		}
+	}
+	release()
+	select {
+	case p := <-rolled:
+		if p.Hours == 0 {
+			t.Errorf("rollup pass after the lock = %+v; want the hour of the first session", p)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the rollup pass did not finish once the lock was free")
+	}
+	cancel()
+	<-done
 }

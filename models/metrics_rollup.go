@@ -62,8 +62,11 @@ const (
 // system's figures; no queue can be called that (namePattern).
 const overallQueue = "*"
 
-// metricRollupLockKey serialises RollupMetrics passes of several processes.
-var metricRollupLockKey = lockKey("metric_rollups")
+// metricRollupLockSQL serialises the RollupMetrics passes of several
+// processes. The key names the schema: advisory locks are per database, and
+// deployments (and tests) that keep their tables in schemas of one database
+// would otherwise wait for each other's passes.
+const metricRollupLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('taskpilots metric_rollups ' || current_schema(), 0))`
 
 type metricRollupRow struct {
 	Bucket UTCTime
@@ -487,7 +490,7 @@ func (s *Store) rollupSpan(ctx context.Context, st rollupState, ok bool, span [2
 	}
 	err = s.Transact(ctx, func(tx *gorm.DB) error {
 		if s.Dialect == Postgres {
-			if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, metricRollupLockKey).Error; err != nil {
+			if err := tx.Exec(metricRollupLockSQL).Error; err != nil {
 				return err
 			}
 		}
