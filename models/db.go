@@ -84,6 +84,9 @@ type Store struct {
 	// rollupHook, when set (tests only), hears about every metric rollup
 	// pass of RunMaintenance.
 	rollupHook func(MetricRollupPass, error)
+	// metricsPlanHook, when set (tests only), runs after a metrics request
+	// has read the rollup state and planned its windows.
+	metricsPlanHook func()
 	// bulkHook, when set (tests only), runs before each session of a bulk
 	// is written, so a test can change the session in between.
 	bulkHook func(sessionID string)

@@ -117,3 +117,7 @@ func (s *Store) SetRollupHook(hook func(MetricRollupPass, error)) { s.rollupHook
 // MetricRollupLockSQL takes the advisory lock of the current schema's metric
 // rollup passes (for the rest of the transaction).
 const MetricRollupLockSQL = metricRollupLockSQL
+
+// SetMetricsPlanHook runs hook in every metrics request after it has read
+// the rollup state and planned its windows, before its other reads.
+func (s *Store) SetMetricsPlanHook(hook func()) { s.metricsPlanHook = hook }

@@ -333,3 +333,61 @@ func TestMetricsRollupConcurrentPasses(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsReadsOneSnapshot: a request reads the rollup state, plans its
+// windows from it, then reads the buckets and folds the spans at the ends.
+// A pass that commits in between (here the hour rolled up whole in place
+// of its slices, which are a part of the window, while the window's end
+// after the last slice is folded from the events) must not be seen
+// half-way: the request reads in one snapshot.
+func TestMetricsReadsOneSnapshot(t *testing.T) {
+	s := storetest.New(t, models.Postgres)
+	w := newMetricsWorld(t, s)
+	buildMetricsHistory(w)
+	// Activity at 11:47, after the last slice rolled up at 11:50.
+	w.at(2*time.Hour + 47*xMin)
+	sx := w.session()
+	w.delegate(sx, "billing", 600, 3)
+	w.complete(w.claim("billing", sx, 1))
+	w.at(2*time.Hour + 50*xMin)
+	if n, err := s.RollupMetrics(w.ctx); err != nil || n.Slices != 9 {
+		t.Fatalf("rollup at 11:50 = %+v, %v; want 9 slices of 11:00", n, err)
+	}
+	o := models.MetricsOpts{From: w.t0.Add(-time.Hour), To: w.t0.Add(2*time.Hour + 50*xMin)}
+	want, err := s.ProductMetricsFromEvents(w.ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Between the request's plan and its reads, 12:06 comes and a pass
+	// rolls up the 11:00 hour whole.
+	var schema string
+	if err := s.DB.Raw(`SELECT current_schema()`).Scan(&schema).Error; err != nil {
+		t.Fatal(err)
+	}
+	other, err := models.Open(w.ctx, storetest.WithSearchPath(storetest.PostgresURL(), schema), models.OpenOpts{Logger: s.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.Now = func() time.Time { return w.t0.Add(3*time.Hour + 6*xMin) }
+	rolled := false
+	s.SetMetricsPlanHook(func() {
+		if rolled {
+			return
+		}
+		rolled = true
+		if n, err := other.RollupMetrics(w.ctx); err != nil || n.Hours != 1 {
+			t.Errorf("rollup at 12:06 = %+v, %v; want the 11:00 hour", n, err)
+		}
+	})
+	got, err := s.ProductMetrics(w.ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rolled {
+		t.Fatal("the plan hook did not run")
+	}
+	if g, e := string(mustJSON(t, got)), string(mustJSON(t, want)); g != e {
+		t.Errorf("a pass committing during the request: rollups give\n%s\nthe fold gives\n%s", g, e)
+	}
+}

@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strconv"
@@ -115,7 +116,7 @@ func unionByWindow(base string, windows []int) string {
 // to the latest end of their spans (events_session_seq_key). Each event is
 // applied to the fold of every span of its session that it precedes, so
 // every fold sees exactly the events its own foldEvents would read.
-func (s *Store) foldSpans(ctx context.Context, spans [][2]UTCTime) (map[[2]int64]*edgeFold, error) {
+func (s *Store) foldSpans(db *gorm.DB, spans [][2]UTCTime) (map[[2]int64]*edgeFold, error) {
 	out := map[[2]int64]*edgeFold{}
 	var uniq [][2]UTCTime
 	for _, sp := range spans {
@@ -127,7 +128,6 @@ func (s *Store) foldSpans(ctx context.Context, spans [][2]UTCTime) (map[[2]int64
 	if len(uniq) == 0 {
 		return out, nil
 	}
-	db := s.read(ctx)
 	branches := make([]int, len(uniq))
 	args := make([]any, 0, 2*len(uniq))
 	for i, sp := range uniq {
@@ -239,8 +239,25 @@ func foldChunkSpans(db *gorm.DB, ids []string, to UTCTime, open func(sid string)
 // windowsMetrics computes windowMetrics (with the rollups) for every
 // window of wins, validated, with the reads of all of them shared (see the
 // top of this file). The figures are each window's own.
-func (s *Store) windowsMetrics(ctx context.Context, wins []MetricsOpts) ([]ProductMetrics, error) {
-	db := s.read(ctx)
+//
+// The reads share one snapshot: the rollup state decides which buckets
+// and spans the windows read, and a pass that commits meanwhile (an hour
+// replacing its slices) would otherwise count the events of the spans
+// folded at the windows' ends twice.
+func (s *Store) windowsMetrics(ctx context.Context, wins []MetricsOpts) (out []ProductMetrics, err error) {
+	var opts *sql.TxOptions
+	if s.Dialect == Postgres {
+		// SQLite's read transaction is a snapshot already.
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	err = s.read(ctx).Transaction(func(db *gorm.DB) error {
+		out, err = s.windowsMetricsIn(ctx, db, wins)
+		return err
+	}, opts)
+	return out, err
+}
+
+func (s *Store) windowsMetricsIn(ctx context.Context, db *gorm.DB, wins []MetricsOpts) ([]ProductMetrics, error) {
 	st, ok, err := readRollupState(db)
 	if err != nil {
 		return nil, err
@@ -251,7 +268,10 @@ func (s *Store) windowsMetrics(ctx context.Context, wins []MetricsOpts) ([]Produ
 		plans[i] = planWindow(NewUTCTime(o.From), NewUTCTime(o.To), st, ok)
 		spans = append(spans, plans[i].spans...)
 	}
-	edges, err := s.foldSpans(ctx, spans)
+	if s.metricsPlanHook != nil {
+		s.metricsPlanHook()
+	}
+	edges, err := s.foldSpans(db, spans)
 	if err != nil {
 		return nil, err
 	}
