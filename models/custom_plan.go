@@ -17,7 +17,7 @@ import (
 // plans so far cost as much on average. For a time range the generic plan
 // assumes a fixed share of the table (0.5 %, 5,000 of a million events),
 // so a read of the few minutes at a metrics window's end became a parallel
-// plan: starting its two workers took 50-130 ms on this 2-core machine,
+// plan: starting its two workers took 50-130 ms on a 2-core machine,
 // for a range with no row in it, where the custom plan takes 0.5 ms. A few
 // busy spans among a connection's first five are enough to tip it, and the
 // connection keeps the generic plan from then on. pgx's exec mode sends

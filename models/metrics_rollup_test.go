@@ -3,6 +3,7 @@ package models_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -42,20 +43,7 @@ func TestMetricsRollupsMatchFold(t *testing.T) {
 		compare := func(stage string) {
 			t.Helper()
 			for _, win := range windows {
-				o := models.MetricsOpts{From: w.t0.Add(win[0]), To: w.t0.Add(win[1])}
-				got, err := s.ProductMetrics(w.ctx, o)
-				if err != nil {
-					t.Fatalf("%s %v: %v", stage, win, err)
-				}
-				want, err := s.ProductMetricsFromEvents(w.ctx, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, _ := json.Marshal(got)
-				e, _ := json.Marshal(want)
-				if string(g) != string(e) {
-					t.Errorf("%s, window %v: rollups give\n%s\nthe fold gives\n%s", stage, win, g, e)
-				}
+				rollupsMatchFold(t, s, fmt.Sprintf("%s, window %v", stage, win), w.t0.Add(win[0]), w.t0.Add(win[1]))
 			}
 		}
 		// Before any rollup, the request folds everything; a statement per
@@ -187,18 +175,7 @@ func TestMetricsRollupSlices(t *testing.T) {
 				{3*time.Hour + 31*xMin, 3*time.Hour + 34*xMin}, {3*time.Hour + 5*xMin, 3*time.Hour + 20*xMin},
 			}
 			for _, win := range windows {
-				o := models.MetricsOpts{From: at(win[0]), To: at(win[1])}
-				got, err := s.ProductMetrics(w.ctx, o)
-				if err != nil {
-					t.Fatalf("%s %v: %v", stage, win, err)
-				}
-				want, err := s.ProductMetricsFromEvents(w.ctx, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if g, e := string(mustJSON(t, got)), string(mustJSON(t, want)); g != e {
-					t.Errorf("%s, window %v: rollups give\n%s\nthe fold gives\n%s", stage, win, g, e)
-				}
+				rollupsMatchFold(t, s, fmt.Sprintf("%s, window %v", stage, win), at(win[0]), at(win[1]))
 			}
 		}
 		// 12:50: the hours up to 12:00 are rolled up whole, and the slices
@@ -317,18 +294,7 @@ func TestMetricsRollupConcurrentPasses(t *testing.T) {
 				t.Fatalf("passes side by side rolled up %+v in all (%v); want 3 hours and 9 slices, once each", total, errs)
 			}
 			for _, win := range [][2]time.Duration{{-24 * time.Hour, 2*time.Hour + 50*xMin}, {2*time.Hour + 10*xMin, 2*time.Hour + 48*xMin}} {
-				o := models.MetricsOpts{From: w.t0.Add(win[0]), To: w.t0.Add(win[1])}
-				got, err := stores[1].ProductMetrics(ctx, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := stores[2].ProductMetricsFromEvents(ctx, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if g, e := string(mustJSON(t, got)), string(mustJSON(t, want)); g != e {
-					t.Errorf("window %v: rollups give\n%s\nthe fold gives\n%s", win, g, e)
-				}
+				rollupsMatchFold(t, stores[1], fmt.Sprintf("window %v", win), w.t0.Add(win[0]), w.t0.Add(win[1]))
 			}
 		})
 	}
@@ -353,18 +319,10 @@ func TestMetricsReadsOneSnapshot(t *testing.T) {
 	if n, err := s.RollupMetrics(w.ctx); err != nil || n.Slices != 9 {
 		t.Fatalf("rollup at 11:50 = %+v, %v; want 9 slices of 11:00", n, err)
 	}
-	o := models.MetricsOpts{From: w.t0.Add(-time.Hour), To: w.t0.Add(2*time.Hour + 50*xMin)}
-	want, err := s.ProductMetricsFromEvents(w.ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Between the request's plan and its reads, 12:06 comes and a pass
-	// rolls up the 11:00 hour whole.
-	var schema string
-	if err := s.DB.Raw(`SELECT current_schema()`).Scan(&schema).Error; err != nil {
-		t.Fatal(err)
-	}
-	other, err := models.Open(w.ctx, storetest.WithSearchPath(storetest.PostgresURL(), schema), models.OpenOpts{Logger: s.Logger})
+	// rolls up the 11:00 hour whole. (The fold from the events reads no
+	// rollup and runs no plan hook.)
+	other, err := models.Open(w.ctx, s.URL(), models.OpenOpts{Logger: s.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,14 +338,27 @@ func TestMetricsReadsOneSnapshot(t *testing.T) {
 			t.Errorf("rollup at 12:06 = %+v, %v; want the 11:00 hour", n, err)
 		}
 	})
-	got, err := s.ProductMetrics(w.ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rollupsMatchFold(t, s, "a pass committing during the request", w.t0.Add(-time.Hour), w.t0.Add(2*time.Hour+50*xMin))
 	if !rolled {
 		t.Fatal("the plan hook did not run")
 	}
+}
+
+// rollupsMatchFold fails t unless the product metrics of [from, to) read
+// with the rollups are exactly those of the fold over the event log.
+func rollupsMatchFold(t *testing.T, s *models.Store, what string, from, to time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	o := models.MetricsOpts{From: from, To: to}
+	got, err := s.ProductMetrics(ctx, o)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	want, err := s.ProductMetricsFromEvents(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if g, e := string(mustJSON(t, got)), string(mustJSON(t, want)); g != e {
-		t.Errorf("a pass committing during the request: rollups give\n%s\nthe fold gives\n%s", g, e)
+		t.Errorf("%s: rollups give\n%s\nthe fold gives\n%s", what, g, e)
 	}
 }

@@ -251,13 +251,13 @@ func (s *Store) windowsMetrics(ctx context.Context, wins []MetricsOpts) (out []P
 		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 	}
 	err = s.read(ctx).Transaction(func(db *gorm.DB) error {
-		out, err = s.windowsMetricsIn(ctx, db, wins)
+		out, err = s.windowsMetricsIn(db, wins)
 		return err
 	}, opts)
 	return out, err
 }
 
-func (s *Store) windowsMetricsIn(ctx context.Context, db *gorm.DB, wins []MetricsOpts) ([]ProductMetrics, error) {
+func (s *Store) windowsMetricsIn(db *gorm.DB, wins []MetricsOpts) ([]ProductMetrics, error) {
 	st, ok, err := readRollupState(db)
 	if err != nil {
 		return nil, err
