@@ -363,17 +363,29 @@ func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []Inb
 		return nil, nil, nil, fmt.Errorf("inbox: %w", err)
 	}
 	defer rs.Close()
+	// Each column is scanned into an any and converted here: database/sql
+	// assigns to an *any without conversion, where it converted every named
+	// string and int column through reflection (an int64 into an int by
+	// formatting and parsing it). The statement returns a row per facet
+	// group besides the page (400 groups on the 1 M seed), and that
+	// conversion was 40% of the queue-filtered inbox's CPU in Go.
+	var (
+		vals [16]any
+		dest [16]any
+	)
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
 	for rs.Next() {
-		var (
-			kind int
-			r    InboxRow
-			g    inboxFacetGroup
-		)
-		if err := rs.Scan(&kind, &r.ID, &r.TicketRef, &r.Goal, &r.Status, &r.Priority, &r.StateVersion, &r.CurrentStep,
-			&r.Queue, &r.Assignee, &r.EscalatedAt, &r.UpdatedAt, &r.ReasonCode, &g.Mine, &g.Unassigned, &g.N); err != nil {
+		if err := rs.Scan(dest[:]...); err != nil {
 			return nil, nil, nil, fmt.Errorf("inbox: scan: %w", err)
 		}
-		switch kind {
+		var c inboxScan
+		r, g, err := c.row(vals[:])
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("inbox: scan: %w", err)
+		}
+		switch c.kind {
 		case 0:
 			rows = append(rows, r)
 		case 1:
@@ -390,6 +402,59 @@ func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []Inb
 		return nil, nil, nil, fmt.Errorf("inbox: %w", err)
 	}
 	return rows, groups, queueSums, nil
+}
+
+// inboxScan converts one row of the inbox statement, as database/sql
+// hands it over (string, int64, time.Time, []byte or nil, by dialect), into
+// the page row or facet group it holds; the first conversion error sticks.
+type inboxScan struct {
+	kind int64
+	err  error
+}
+
+func (c *inboxScan) row(v []any) (InboxRow, inboxFacetGroup, error) {
+	c.kind = c.int(v[0])
+	r := InboxRow{
+		ID: c.str(v[1]), TicketRef: c.str(v[2]), Goal: c.str(v[3]), Status: Status(c.str(v[4])),
+		Priority: int(c.int(v[5])), StateVersion: c.int(v[6]), CurrentStep: c.str(v[7]),
+		Queue: c.str(v[8]), Assignee: c.str(v[9]), ReasonCode: ReasonCode(c.str(v[12])),
+	}
+	if c.err == nil {
+		c.err = r.EscalatedAt.Scan(v[10])
+	}
+	if c.err == nil {
+		c.err = r.UpdatedAt.Scan(v[11])
+	}
+	g := inboxFacetGroup{Mine: int(c.int(v[13])), Unassigned: int(c.int(v[14])), N: c.int(v[15])}
+	return r, g, c.err
+}
+
+func (c *inboxScan) str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case nil:
+		return ""
+	}
+	if c.err == nil {
+		c.err = fmt.Errorf("want text, got %T", v)
+	}
+	return ""
+}
+
+func (c *inboxScan) int(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case nil:
+		return 0
+	}
+	if c.err == nil {
+		c.err = fmt.Errorf("want an integer, got %T", v)
+	}
+	return 0
 }
 
 // inboxLess is the inbox order: SLA due, priority, escalated_at, id.

@@ -65,6 +65,30 @@ func ids(rows []models.InboxRow) []string {
 	return out
 }
 
+// inboxRowsMatchSessions checks every column of the inbox rows against the
+// sessions they show: the page statement's columns are converted one by one
+// (scanInbox), where a column read into the wrong field would pass any test
+// that looks at ids and order only.
+func inboxRowsMatchSessions(ctx context.Context, t *testing.T, s *models.Store, rows []models.InboxRow) {
+	t.Helper()
+	for _, r := range rows {
+		ses, err := s.GetSession(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := models.InboxRow{ID: ses.ID, TicketRef: ses.TicketRef, Goal: ses.Goal, Status: ses.Status, Priority: ses.Priority,
+			StateVersion: ses.StateVersion, CurrentStep: ses.CurrentStep, Queue: ses.Queue, Assignee: ses.Assignee,
+			EscalatedAt: ses.EscalatedAt.Time, UpdatedAt: ses.UpdatedAt, ReasonCode: ses.ReasonCode, SLA: r.SLA}
+		if !r.EscalatedAt.Equal(want.EscalatedAt.Time) || !r.UpdatedAt.Equal(want.UpdatedAt.Time) {
+			t.Errorf("inbox row %s: escalated_at %v, updated_at %v; the session has %v and %v", r.ID, r.EscalatedAt, r.UpdatedAt, want.EscalatedAt, want.UpdatedAt)
+		}
+		r.EscalatedAt, r.UpdatedAt = want.EscalatedAt, want.UpdatedAt
+		if r != want {
+			t.Errorf("inbox row %+v; the session has %+v", r, want)
+		}
+	}
+}
+
 func TestInboxOrderFiltersCounts(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, s *models.Store) {
 		ctx := context.Background()
@@ -92,6 +116,7 @@ func TestInboxOrderFiltersCounts(t *testing.T) {
 		if page.Next != "" {
 			t.Fatalf("next = %q on the only page", page.Next)
 		}
+		inboxRowsMatchSessions(ctx, t, s, page.Rows)
 		c := page.Counts
 		if c.All != 6 || c.Total != 6 || c.Status[models.StatusEscalated] != 4 || c.Status[models.StatusHumanActive] != 2 ||
 			c.Queue["refunds"] != 4 || c.Queue["billing"] != 2 || c.Priority[1] != 2 || c.Priority[3] != 2 ||
