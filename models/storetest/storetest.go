@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,8 +57,31 @@ func admin() (*sql.DB, error) {
 	return adminDB, adminErr
 }
 
-// Dialects are the dialects Each runs on.
-var Dialects = []models.Dialect{models.Postgres, models.SQLite}
+// Dialects are the dialects Each runs on: both, unless
+// TASKPILOTS_TEST_DIALECTS names some (comma-separated). `make test` runs
+// the race detector with Each on PostgreSQL only and the SQLite subtests in
+// a run of their own without it: our concurrent code is the same on both
+// dialects, and the race-instrumented pure-Go SQLite cost a third of the
+// race run.
+var Dialects = dialectsFromEnv(os.Getenv("TASKPILOTS_TEST_DIALECTS"))
+
+func dialectsFromEnv(v string) []models.Dialect {
+	if strings.TrimSpace(v) == "" {
+		return []models.Dialect{models.Postgres, models.SQLite}
+	}
+	var out []models.Dialect
+	for _, name := range strings.Split(v, ",") {
+		switch d := models.Dialect(strings.TrimSpace(name)); d {
+		case models.Postgres, models.SQLite:
+			if !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+		default:
+			panic(fmt.Sprintf("TASKPILOTS_TEST_DIALECTS=%q: want postgres, sqlite or both, comma-separated", v))
+		}
+	}
+	return out
+}
 
 // Each runs fn as a subtest per dialect, in parallel.
 func Each(t *testing.T, fn func(t *testing.T, s *models.Store)) {
