@@ -265,11 +265,11 @@ func pagesToMeasure(ctx context.Context, s *models.Store, only string) ([]benchP
 	return out, nil
 }
 
-// measurePage asks one page o.requests times from o.clients goroutines.
 // warmUpRequests is how many unmeasured requests each client sends before
 // a page is measured.
 const warmUpRequests = 3
 
+// measurePage asks one page o.requests times from o.clients goroutines.
 func measurePage(ctx context.Context, c *http.Client, hdr http.Header, base string, p benchPage, o pagesOpts) pageResult {
 	get := func() (time.Duration, int, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+p.path, nil)
