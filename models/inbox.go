@@ -381,11 +381,11 @@ func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []Inb
 			return nil, nil, nil, fmt.Errorf("inbox: scan: %w", err)
 		}
 		var c inboxScan
-		r, g, err := c.row(vals[:])
+		kind, r, g, err := c.row(vals[:])
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("inbox: scan: %w", err)
 		}
-		switch c.kind {
+		switch kind {
 		case 0:
 			rows = append(rows, r)
 		case 1:
@@ -406,14 +406,12 @@ func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []Inb
 
 // inboxScan converts one row of the inbox statement, as database/sql
 // hands it over (string, int64, time.Time, []byte or nil, by dialect), into
-// the page row or facet group it holds; the first conversion error sticks.
-type inboxScan struct {
-	kind int64
-	err  error
-}
+// its kind and the page row or facet group it holds; the first conversion
+// error sticks.
+type inboxScan struct{ err error }
 
-func (c *inboxScan) row(v []any) (InboxRow, inboxFacetGroup, error) {
-	c.kind = c.int(v[0])
+func (c *inboxScan) row(v []any) (int64, InboxRow, inboxFacetGroup, error) {
+	kind := c.int(v[0])
 	r := InboxRow{
 		ID: c.str(v[1]), TicketRef: c.str(v[2]), Goal: c.str(v[3]), Status: Status(c.str(v[4])),
 		Priority: int(c.int(v[5])), StateVersion: c.int(v[6]), CurrentStep: c.str(v[7]),
@@ -426,7 +424,7 @@ func (c *inboxScan) row(v []any) (InboxRow, inboxFacetGroup, error) {
 		c.err = r.UpdatedAt.Scan(v[11])
 	}
 	g := inboxFacetGroup{Mine: int(c.int(v[13])), Unassigned: int(c.int(v[14])), N: c.int(v[15])}
-	return r, g, c.err
+	return kind, r, g, c.err
 }
 
 func (c *inboxScan) str(v any) string {
