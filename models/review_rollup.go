@@ -447,7 +447,7 @@ func pearsonOfSums(n, sx, sxx int64, sy, syy, sxy float64) (float64, bool) {
 	nf := float64(n)
 	dx := n*sxx - sx*sx
 	dy := nf*syy - sy*sy
-	if dx == 0 || dy <= 1e-12*nf*syy {
+	if dx == 0 || dy <= roundingVariation*nf*syy {
 		return 0, false
 	}
 	r := (nf*sxy - float64(sx)*sy) / math.Sqrt(float64(dx)*dy)

@@ -1055,6 +1055,11 @@ func CohenKappa(pairs [][2]int) (kappa float64, ok bool) {
 // Pearson is the Pearson correlation coefficient of xs and ys; ok is false
 // when it is undefined (fewer than two points, different lengths, or no
 // variation in either).
+//
+// Variation at the level of rounding counts as none: three equal values
+// such as 0.1 have a float mean that differs from each by an ulp, and
+// the "correlation" of those ulps is noise, not a figure (the rollup's
+// pearsonOfSums draws the same line).
 func Pearson(xs, ys []float64) (r float64, ok bool) {
 	n := len(xs)
 	if n < 2 || n != len(ys) {
@@ -1067,15 +1072,21 @@ func Pearson(xs, ys []float64) (r float64, ok bool) {
 	}
 	mx /= float64(n)
 	my /= float64(n)
-	var sxy, sxx, syy float64
+	var sxy, sxx, syy, rawXX, rawYY float64
 	for i := range xs {
 		dx, dy := xs[i]-mx, ys[i]-my
 		sxy += dx * dy
 		sxx += dx * dx
 		syy += dy * dy
+		rawXX += xs[i] * xs[i]
+		rawYY += ys[i] * ys[i]
 	}
-	if sxx == 0 || syy == 0 {
+	if sxx <= roundingVariation*rawXX || syy <= roundingVariation*rawYY {
 		return 0, false
 	}
 	return sxy / math.Sqrt(sxx*syy), true
 }
+
+// roundingVariation is the share of a sum of squares below which the
+// squared deviations from the mean are taken as rounding, not variation.
+const roundingVariation = 1e-12

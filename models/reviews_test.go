@@ -85,6 +85,11 @@ func TestPearson(t *testing.T) {
 	if _, ok := models.Pearson([]float64{1, 1, 1}, []float64{1, 2, 3}); ok {
 		t.Error("no variation should be undefined")
 	}
+	// 0.1 three times has a float mean an ulp away from 0.1: the
+	// deviations are rounding, and the rollup calls them no variation.
+	if r, ok := models.Pearson([]float64{1, 2, 4}, []float64{0.1, 0.1, 0.1}); ok {
+		t.Errorf("equal values with a rounded mean should be undefined, got %g", r)
+	}
 	if _, ok := models.Pearson([]float64{1}, []float64{1}); ok {
 		t.Error("one point should be undefined")
 	}
