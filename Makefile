@@ -8,6 +8,14 @@ GO    ?= go
 # environment says GOTOOLCHAIN=local.
 export GOTOOLCHAIN := auto
 
+# -trimpath keeps the checkout's directory out of every build, so the build
+# cache's keys no longer depend on where the clone lives: a fresh clone (CI's)
+# reuses what any earlier clone on the machine compiled, instead of compiling
+# every package of this module again with and without -race (175 s of CPU
+# for the race builds and 47 s for the plain ones, 4 December). Exported, so
+# that the tests' own `go build` of the binary shares the cache too.
+export GOFLAGS := -trimpath $(filter-out -trimpath,$(GOFLAGS))
+
 # Packages whose tests exercise concurrency (leases, long polls, the HTTP
 # server, the worker client against the server) run under the race detector,
 # and only there: the race run is the same tests with a detector on, so

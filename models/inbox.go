@@ -488,9 +488,20 @@ func (s *Store) inboxFilterSQL(o InboxOpts) (string, []any) {
 		b    strings.Builder
 		args []any
 	)
+	// The queue and the reason are literals, as the status and the
+	// priority are (see inboxBranchesPage): as parameters they kept
+	// PostgreSQL on custom plans, so every queue-filtered view was planned
+	// again (0.77 ms of bind at a million events against 0.23 at ten
+	// thousand). A literal needs no quoting when the name is one a queue
+	// may have (namePattern: letters, digits, '.', '_', '-') or a known
+	// reason code; anything else stays a parameter.
 	if o.Queue != "" {
-		b.WriteString(" AND queue = ?")
-		args = append(args, o.Queue)
+		if namePattern.MatchString(o.Queue) {
+			b.WriteString(" AND queue = '" + o.Queue + "'")
+		} else {
+			b.WriteString(" AND queue = ?")
+			args = append(args, o.Queue)
+		}
 	}
 	switch o.Assignment {
 	case AssignedToMe:
@@ -500,8 +511,12 @@ func (s *Store) inboxFilterSQL(o InboxOpts) (string, []any) {
 		b.WriteString(" AND assignee = ''")
 	}
 	if o.Reason != "" {
-		b.WriteString(" AND reason_code = ?")
-		args = append(args, o.Reason)
+		if o.Reason.Valid() {
+			b.WriteString(" AND reason_code = '" + string(o.Reason) + "'")
+		} else {
+			b.WriteString(" AND reason_code = ?")
+			args = append(args, o.Reason)
+		}
 	}
 	if o.Search != "" {
 		// The same word match as ListSessions, or a pasted session id.
