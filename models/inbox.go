@@ -235,7 +235,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	}
 	branches := []string{"SELECT 0 AS kind, r.*, 0 AS mine, 0 AS unassigned, 0 AS n FROM (" + page + ") AS r"}
 	// The facet counts travel in the same statement (see inboxCounts).
-	facets, facetArgs, cut := s.inboxFacetSQL(o, from)
+	facets, facetArgs, cut, precounted := s.inboxFacetSQL(o, from)
 	branches = append(branches, facets...)
 	args = append(args, facetArgs...)
 	rows, groups, queueSums, err := s.scanInbox(ctx, prefix+strings.Join(branches, "\nUNION ALL\n"), args)
@@ -252,7 +252,7 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 		out.Rows = rows[:o.Limit]
 		out.Next = encodeInboxCursor(out.Rows[o.Limit-1])
 	}
-	out.Counts, err = s.inboxCounts(ctx, o, groups, queueSums, cut)
+	out.Counts, err = s.inboxCounts(ctx, o, groups, queueSums, cut, precounted)
 	return out, err
 }
 
@@ -356,7 +356,9 @@ func (s *Store) inboxDueSQL(policy SLAPolicy) (string, bool) {
 // (GORM's Scan resolved each of the up to five pages' worth of rows by
 // reflection, which was most of the inbox's own CPU time): kind 0 is a
 // row of the page, kind 1 a group of the facet count, kind 2 the sessions
-// of one queue in the whole inbox (only with a search, see inboxFacetSQL).
+// of one queue in the whole inbox (only with a search, see inboxFacetSQL),
+// kind 3 one option's count of one facet (inboxPrecountedSQL), the queue's
+// whole inbox in its state_version column.
 func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []InboxRow, groups []inboxFacetGroup, queueSums map[string]int64, err error) {
 	rs, err := s.read(ctx).Raw(q, args...).Rows()
 	if err != nil {
@@ -388,8 +390,17 @@ func (s *Store) scanInbox(ctx context.Context, q string, args []any) (rows []Inb
 		switch kind {
 		case 0:
 			rows = append(rows, r)
-		case 1:
+		case 1, 3:
 			g.Status, g.Queue, g.Priority, g.ReasonCode = r.Status, r.Queue, r.Priority, r.ReasonCode
+			if kind == 3 {
+				g.Facet = r.ID
+				if g.Facet == "queue" {
+					if queueSums == nil {
+						queueSums = map[string]int64{}
+					}
+					queueSums[r.Queue] = r.StateVersion
+				}
+			}
 			groups = append(groups, g)
 		default:
 			if queueSums == nil {
@@ -569,7 +580,13 @@ const MaxInboxFacetRows = 20000
 
 // inboxFacetGroup is one group of the one-pass facet count: the inbox
 // sessions matching the search with these filter values.
+//
+// A group of kind 3 (Facet set) is one option of one facet instead, counted
+// by PostgreSQL (inboxPrecountedSQL): Facet names the filter, the field of
+// that filter holds the option, and N counts the sessions with that option
+// that match every other active filter.
 type inboxFacetGroup struct {
+	Facet      string
 	Status     Status
 	Queue      string
 	Priority   int
@@ -594,7 +611,7 @@ type inboxFacetGroup struct {
 // sessions per queue of the whole inbox from inbox_counts, for the queue
 // options and the "any" count when there is a search (nil otherwise: then
 // both come from the groups).
-func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFacetGroup, queueSums map[string]int64, cut int64) (InboxCounts, error) {
+func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFacetGroup, queueSums map[string]int64, cut int64, precounted bool) (InboxCounts, error) {
 	if queueSums == nil {
 		queueSums = map[string]int64{}
 		for _, g := range groups {
@@ -614,6 +631,9 @@ func (s *Store) inboxCounts(ctx context.Context, o InboxOpts, groups []inboxFace
 	if o.Queue != "" && !slices.Contains(queues, o.Queue) {
 		queues = append(queues, o.Queue)
 	}
+	if precounted {
+		return inboxPrecounted(o.InboxFilter, queues, groups, all), nil
+	}
 	var read int64
 	for _, g := range groups {
 		read += g.N
@@ -630,8 +650,9 @@ const noCut = int64(^uint64(0) >> 1)
 
 // inboxFacetSQL is the facet count's part of the inbox statement, over src
 // (sessions, or the search's matches m): UNION ALL branches in the page
-// rows' columns (see scanInbox), their arguments, and the cut.
-func (s *Store) inboxFacetSQL(o InboxOpts, src string) ([]string, []any, int64) {
+// rows' columns (see scanInbox), their arguments, the cut, and whether the
+// rows are counted options (kind 3, inboxPrecountedSQL) rather than groups.
+func (s *Store) inboxFacetSQL(o InboxOpts, src string) ([]string, []any, int64, bool) {
 	// sum(n) is numeric on PostgreSQL; the cast keeps the UNION's column
 	// an integer in both dialects.
 	const counted = `SELECT 1, '', '', '', status, priority, 0, '', queue, '', NULL, NULL, reason_code, mine, unassigned, CAST(sum(n) AS BIGINT)
@@ -639,7 +660,10 @@ FROM (SELECT status, queue, priority, reason_code, CASE WHEN assignee = ? THEN 1
 	CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned, n FROM inbox_counts WHERE n > 0) AS f
 GROUP BY status, queue, priority, reason_code, mine, unassigned`
 	if src == "sessions" {
-		return []string{counted}, []any{o.Me}, noCut
+		if q, ok := s.inboxPrecountedSQL(o.InboxFilter); ok {
+			return []string{q}, []any{o.Me}, noCut, true
+		}
+		return []string{counted}, []any{o.Me}, noCut, false
 	}
 	cut := int64(MaxInboxFacetRows)
 	if s.inboxFacetRows > 0 {
@@ -656,13 +680,116 @@ GROUP BY status, queue, priority, reason_code, mine, unassigned`,
 		// The queue options and the "any" count of the whole inbox, search
 		// or not: kind 2, one row per queue.
 		`SELECT 2, '', '', '', '', 0, 0, '', queue, '', NULL, NULL, '', 0, 0, CAST(sum(n) AS BIGINT) FROM inbox_counts WHERE n > 0 GROUP BY queue`}
-	return out, []any{o.Me, cut + 1}, cut
+	return out, []any{o.Me, cut + 1}, cut, false
 }
 
-// inboxFacetCounts sums the facet counts of f from the groups of the inbox
-// sessions matching the search; all is the count of the whole inbox. Every
-// count is capped at CountCap+1, as a bounded count would be.
-func inboxFacetCounts(f InboxFilter, queues []string, groups []inboxFacetGroup, all int64) InboxCounts {
+// inboxPrecountedSQL is the facet count of the inbox without a search: the
+// counted groups of inbox_counts (one argument, the
+// looking user's assignee value) summed on the server into one row per
+// option of each filter, each counting the sessions that match every other
+// active filter, as inboxFacetCounts sums them from the groups. The groups
+// are the product of statuses, queues, priorities, reasons and assignees
+// (400 on the 1 M seed, each a row to send and scan); the options are their
+// sum (about a hundred there). ok is false for a filter value that is not
+// safe as a literal (Validate rejects those first).
+func (s *Store) inboxPrecountedSQL(f InboxFilter) (string, bool) {
+	if (f.Queue != "" && !namePattern.MatchString(f.Queue)) || (f.Reason != "" && !f.Reason.Valid()) {
+		return "", false
+	}
+	// The conditions of the active filters, by facet; a facet's count
+	// applies the others'. Priority 0 is no option: inboxFacetCounts skips
+	// those groups too.
+	conds := map[string]string{}
+	if f.Status != "" {
+		conds["status"] = "status = '" + string(f.Status) + "'"
+	}
+	if f.Queue != "" {
+		conds["queue"] = "queue = '" + f.Queue + "'"
+	}
+	if f.Priority != 0 {
+		conds["priority"] = "priority = " + strconv.Itoa(f.Priority)
+	}
+	switch f.Assignment {
+	case AssignedToMe:
+		conds["assignment"] = "mine = 1"
+	case Unassigned:
+		conds["assignment"] = "unassigned = 1"
+	}
+	if f.Reason != "" {
+		conds["reason"] = "reason_code = '" + string(f.Reason) + "'"
+	}
+	others := func(facet string) string {
+		w := []string{"priority <> 0"}
+		for _, name := range []string{"status", "queue", "priority", "assignment", "reason"} {
+			if c, ok := conds[name]; ok && name != facet {
+				w = append(w, c)
+			}
+		}
+		return strings.Join(w, " AND ")
+	}
+	// The queue options carry the queue's whole inbox too (in the
+	// state_version column): the queues offered and the "all" count. The
+	// times are typed: inside their own UNION, two NULLs would make text.
+	const noTimes = "CAST(NULL AS TIMESTAMPTZ), CAST(NULL AS TIMESTAMPTZ)"
+	branches := []string{
+		`SELECT 3, 'status', '', '', status, 0, 0, '', '', '', ` + noTimes + `, '', 0, 0, CAST(sum(n) AS BIGINT) FROM fc WHERE ` + others("status") + ` GROUP BY status`,
+		`SELECT 3, 'queue', '', '', '', 0, CAST(sum(n) AS BIGINT), '', queue, '', ` + noTimes + `, '', 0, 0, CAST(COALESCE(sum(n) FILTER (WHERE ` + others("queue") + `), 0) AS BIGINT) FROM fc GROUP BY queue`,
+		`SELECT 3, 'priority', '', '', '', priority, 0, '', '', '', ` + noTimes + `, '', 0, 0, CAST(sum(n) AS BIGINT) FROM fc WHERE ` + others("priority") + ` GROUP BY priority`,
+		`SELECT 3, 'assignment', '', '', '', 0, 0, '', '', '', ` + noTimes + `, '', mine, unassigned, CAST(sum(n) AS BIGINT) FROM fc WHERE ` + others("assignment") + ` GROUP BY mine, unassigned`,
+		`SELECT 3, 'reason', '', '', '', 0, 0, '', '', '', ` + noTimes + `, reason_code, 0, 0, CAST(sum(n) AS BIGINT) FROM fc WHERE ` + others("reason") + ` GROUP BY reason_code`,
+	}
+	return `SELECT * FROM (WITH fc AS MATERIALIZED (SELECT status, queue, priority, reason_code,
+	CASE WHEN assignee = ? THEN 1 ELSE 0 END AS mine, CASE WHEN assignee = '' THEN 1 ELSE 0 END AS unassigned, n
+	FROM inbox_counts WHERE n > 0)
+` + strings.Join(branches, "\nUNION ALL\n") + `) AS facets`, true
+}
+
+// inboxPrecounted fills the facet counts of f from the options counted by
+// inboxPrecountedSQL; all is the count of the whole inbox. The total is the
+// status options that the status filter keeps: they match every filter.
+func inboxPrecounted(f InboxFilter, queues []string, options []inboxFacetGroup, all int64) InboxCounts {
+	c := newInboxCounts(queues, all)
+	for _, o := range options {
+		switch o.Facet {
+		case "status":
+			c.AnyStatus += o.N
+			if _, ok := c.Status[o.Status]; ok {
+				c.Status[o.Status] += o.N
+			}
+			if f.Status == "" || o.Status == f.Status {
+				c.Total += o.N
+			}
+		case "queue":
+			c.AnyQueue += o.N
+			if _, ok := c.Queue[o.Queue]; ok {
+				c.Queue[o.Queue] += o.N
+			}
+		case "priority":
+			c.AnyPriority += o.N
+			if _, ok := c.Priority[o.Priority]; ok {
+				c.Priority[o.Priority] += o.N
+			}
+		case "assignment":
+			c.AnyAssignment += o.N
+			if o.Mine == 1 {
+				c.Assignment[AssignedToMe] += o.N
+			}
+			if o.Unassigned == 1 {
+				c.Assignment[Unassigned] += o.N
+			}
+		case "reason":
+			c.AnyReason += o.N
+			if o.ReasonCode.Valid() {
+				c.Reason[o.ReasonCode] += o.N
+			}
+		}
+	}
+	return capInboxCounts(c)
+}
+
+// newInboxCounts is the counts of an inbox with these queue options and
+// all sessions, every option at zero.
+func newInboxCounts(queues []string, all int64) InboxCounts {
 	c := InboxCounts{
 		All:    all,
 		Status: map[Status]int64{StatusEscalated: 0, StatusHumanActive: 0}, Queue: map[string]int64{},
@@ -675,6 +802,14 @@ func inboxFacetCounts(f InboxFilter, queues []string, groups []inboxFacetGroup, 
 	for p := MinPriority; p <= MaxPriority; p++ {
 		c.Priority[p] = 0
 	}
+	return c
+}
+
+// inboxFacetCounts sums the facet counts of f from the groups of the inbox
+// sessions matching the search; all is the count of the whole inbox. Every
+// count is capped at CountCap+1, as a bounded count would be.
+func inboxFacetCounts(f InboxFilter, queues []string, groups []inboxFacetGroup, all int64) InboxCounts {
+	c := newInboxCounts(queues, all)
 	for _, g := range groups {
 		if g.Priority == 0 {
 			continue

@@ -241,6 +241,15 @@ func TestInboxCountsAgreeWithRows(t *testing.T) {
 				{Search: "refund", Assignment: models.AssignedToMe},
 				{Queue: "billing", Assignment: models.Unassigned},
 				{Search: "refund", Reason: models.ReasonController, Priority: 3},
+				// Without a search the options are counted by the
+				// server (inboxPrecountedSQL): each filter alone, and
+				// all of them at once.
+				{Status: models.StatusHumanActive},
+				{Queue: "refunds"},
+				{Priority: 3},
+				{Assignment: models.AssignedToMe},
+				{Reason: models.ReasonController, Priority: 3},
+				{Status: models.StatusEscalated, Queue: "refunds", Priority: 1, Assignment: models.Unassigned, Reason: models.ReasonController},
 			} {
 				page, err := s.Inbox(ctx, models.InboxOpts{InboxFilter: f, Me: "user:usr_me"})
 				if err != nil {
@@ -577,8 +586,15 @@ FROM generate_series(1, ?) AS i`, n).Error
 			// the page size: no sort, no scan past the page. The one sort
 			// allowed is the merge of the branches' pages in SLA due order
 			// (at most five pages of rows).
-			sorts := strings.Count(text, "Sort  (cost=")
-			merges := len(inboxMergeSort.FindAllString(text, -1))
+			// The facet counts follow the page in the plan (from "CTE fc"
+			// on): they group the counted options of inbox_counts, a table
+			// bounded by the options, and may sort them.
+			pagePlan := text
+			if i := strings.Index(text, "CTE fc"); i >= 0 {
+				pagePlan = text[:i]
+			}
+			sorts := strings.Count(pagePlan, "Sort  (cost=")
+			merges := len(inboxMergeSort.FindAllString(pagePlan, -1))
 			if sorts != merges || merges > 1 || !strings.Contains(text, "Limit") {
 				t.Fatalf("%s page %d does not read the index in order:\n%s", tc.name, p, text)
 			}
