@@ -582,7 +582,7 @@ const MaxInboxFacetRows = 20000
 // sessions matching the search with these filter values.
 //
 // A group of kind 3 (Facet set) is one option of one facet instead, counted
-// by PostgreSQL (inboxPrecountedSQL): Facet names the filter, the field of
+// by the database (inboxPrecountedSQL): Facet names the filter, the field of
 // that filter holds the option, and N counts the sessions with that option
 // that match every other active filter.
 type inboxFacetGroup struct {
@@ -684,14 +684,14 @@ GROUP BY status, queue, priority, reason_code, mine, unassigned`,
 }
 
 // inboxPrecountedSQL is the facet count of the inbox without a search: the
-// counted groups of inbox_counts (one argument, the
-// looking user's assignee value) summed on the server into one row per
+// counted groups of inbox_counts summed by the database into one row per
 // option of each filter, each counting the sessions that match every other
-// active filter, as inboxFacetCounts sums them from the groups. The groups
-// are the product of statuses, queues, priorities, reasons and assignees
-// (400 on the 1 M seed, each a row to send and scan); the options are their
-// sum (about a hundred there). ok is false for a filter value that is not
-// safe as a literal (Validate rejects those first).
+// active filter, as inboxFacetCounts sums them from the groups. Its one
+// argument is the looking user's assignee value. The groups are the product
+// of statuses, queues, priorities, reasons and assignees (400 on the 1 M
+// seed, each a row to send and scan); the options are their sum (about a
+// hundred there). ok is false for a filter value that is not safe as a
+// literal (Validate rejects those first); the groups are counted then.
 func (s *Store) inboxPrecountedSQL(f InboxFilter) (string, bool) {
 	if (f.Queue != "" && !namePattern.MatchString(f.Queue)) || (f.Reason != "" && !f.Reason.Valid()) {
 		return "", false
