@@ -31,7 +31,7 @@ func TestWorkerWritesTouchNoCounterRows(t *testing.T) {
 WHERE table_schema = current_schema() AND (table_name LIKE '%\_counts' OR table_name = 'inbox_rows') ORDER BY 1`).Scan(&tables).Error; err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"inbox_counts", "review_counts", "sla_counts", "inbox_rows"} {
+	for _, want := range []string{"inbox_counts", "review_counts", "sla_counts", "waiting_counts", "inbox_rows"} {
 		if !strings.Contains(strings.Join(tables, " "), want) {
 			t.Fatalf("counter tables %v: %s missing, the guard would prove nothing", tables, want)
 		}

@@ -11,7 +11,8 @@ import (
 )
 
 // Counter-table upkeep: the maintained counts (inbox_counts, sla_counts,
-// review_counts, review_reviewer_counts) are a few hundred rows that every
+// waiting_counts, review_counts, review_reviewer_counts) are a few hundred
+// rows or fewer that every
 // inbox, metrics or review-queue view reads whole, and that the writing
 // transactions update all the time. Each update writes a new row version;
 // it stays on its page (a HOT update) only while that page has room, and a
@@ -36,7 +37,7 @@ import (
 // writers queue behind the request for no longer than that.
 
 // counterTables are the tables counter upkeep looks after.
-var counterTables = []string{"inbox_counts", "sla_counts", "review_counts", "review_reviewer_counts"}
+var counterTables = []string{"inbox_counts", "sla_counts", "waiting_counts", "review_counts", "review_reviewer_counts"}
 
 // CounterUpkeepOpts tunes the counter-table part of UpkeepIndexes.
 type CounterUpkeepOpts struct {

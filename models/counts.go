@@ -132,15 +132,23 @@ type InboxTabCounts struct {
 // (maintained by the triggers of migration 00029), capped at CountCap+1
 // like the bounded counts it sits next to: it sums a few hundred counter
 // rows instead of reading a thousand index entries of the backlog.
-var humansCount = `SELECT CAST(CASE WHEN coalesce(sum(n), 0) > ` + strconv.Itoa(CountCap+1) + ` THEN ` + strconv.Itoa(CountCap+1) +
-	` ELSE coalesce(sum(n), 0) END AS BIGINT) AS n FROM inbox_counts WHERE n > 0`
+var humansCount = cappedCounterSum("inbox_counts")
+
+// cappedCounterSum is a count from a table of maintained counts (column
+// n), capped at CountCap+1 like the bounded counts it sits next to.
+func cappedCounterSum(table string) string {
+	return `SELECT CAST(CASE WHEN coalesce(sum(n), 0) > ` + strconv.Itoa(CountCap+1) + ` THEN ` + strconv.Itoa(CountCap+1) +
+		` ELSE coalesce(sum(n), 0) END AS BIGINT) AS n FROM ` + table + ` WHERE n > 0`
+}
 
 // InboxTabs counts the inbox's three views in one statement, each up to
 // CountCap+1.
 func (s *Store) InboxTabs(ctx context.Context) (InboxTabCounts, error) {
+	waiting := s.waitingCount()
+	waiting.key = 1
 	got, err := s.boundedCounts(ctx, []countQuery{
 		{key: 0, count: humansCount},
-		{key: 1, where: waitingWhere, order: waitingOrder},
+		waiting,
 		{key: 2, where: stalledSQL, order: stalledOrder},
 	})
 	if err != nil {

@@ -490,6 +490,10 @@ func (s *Store) MigrateUp(ctx context.Context) ([]int64, error) {
 	if _, err := s.RepairNowCounts(ctx); err != nil {
 		return applied, fmt.Errorf("migrate up: %w", err)
 	}
+	// So are the counts of the sessions waiting on input (PostgreSQL).
+	if _, err := s.RepairWaitingCounts(ctx); err != nil {
+		return applied, fmt.Errorf("migrate up: %w", err)
+	}
 	// And the inbox search's copy of the sessions in human hands (PostgreSQL).
 	if _, err := s.RepairInboxRows(ctx); err != nil {
 		return applied, fmt.Errorf("migrate up: %w", err)

@@ -273,9 +273,9 @@ func sessionRowsRead(t *testing.T, s *models.Store, sql string) (float64, string
 }
 
 // TestInboxCountsDoNotReadTheBacklog is the plan test of the maintained
-// counts: with 5,000 sessions in human hands, every unsearched inbox page
-// (each filter) and the inbox's tab counts read no more session rows than
-// the page itself needs, a branch of Limit+1 rows per priority: the counts
+// counts: with 5,000 sessions in human hands and 2,000 waiting on input,
+// every unsearched inbox page (each filter), the inbox's tab counts and the
+// waiting view read no more session rows than the page itself needs, a branch of Limit+1 rows per priority: the counts
 // come from inbox_counts, not from the backlog. Grouping the backlog, as the
 // counts did before migration 00029, reads all 5,000.
 func TestInboxCountsDoNotReadTheBacklog(t *testing.T) {
@@ -297,7 +297,19 @@ FROM generate_series(1, ?) AS i`, 2*humans).Error
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DB.Exec(`VACUUM ANALYZE sessions, inbox_counts`).Error; err != nil {
+	// And more sessions waiting on input than a bounded count reads: the
+	// waiting view's count and the tab come from waiting_counts (00037).
+	const waiting = 2000
+	err = s.DB.Exec(`INSERT INTO sessions (id, ticket_ref, goal, status, priority, state_version, queue, assignee, last_hash, created_at, updated_at, input_requested_at)
+SELECT 'ses_w' || lpad(i::text, 6, '0'), 'W-' || i, 'Goal ' || i, 'awaiting_input', 3, 4,
+       (ARRAY['refunds', 'billing', 'shipping', 'accounts'])[i % 4 + 1], '', '',
+       timestamptz '2026-11-01 00:00:00+00', timestamptz '2026-11-01 00:00:00+00',
+       timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => i)
+FROM generate_series(1, ?) AS i`, waiting).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB.Exec(`VACUUM ANALYZE sessions, inbox_counts, waiting_counts`).Error; err != nil {
 		t.Fatal(err)
 	}
 	const limit = 20
@@ -335,12 +347,19 @@ FROM generate_series(1, ?) AS i`, 2*humans).Error
 	}
 	check("inbox tabs", func() error {
 		tabs, err := s.InboxTabs(ctx)
-		if err == nil && tabs.Humans != models.CountCap+1 {
-			t.Errorf("humans tab %d", tabs.Humans)
+		if err == nil && (tabs.Humans != models.CountCap+1 || tabs.Waiting != models.CountCap+1) {
+			t.Errorf("humans tab %d, waiting tab %d; want the bound %d", tabs.Humans, tabs.Waiting, models.CountCap+1)
 		}
 		return err
 	})
 	check("count in human hands", func() error { _, err := s.CountInHumanHands(ctx); return err })
+	check("waiting view", func() error {
+		page, err := s.WaitingOnInput(ctx, "", limit)
+		if err == nil && (page.Total != models.CountCap+1 || len(page.Rows) != limit) {
+			t.Errorf("waiting view: %d rows, count %d; want %d and the bound %d", len(page.Rows), page.Total, limit, models.CountCap+1)
+		}
+		return err
+	})
 }
 
 // wantVerifyProblems runs a whole verify and wants exactly n problems of the

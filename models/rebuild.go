@@ -8,7 +8,7 @@ import (
 // rebuildTables replaces every row of tables with what inserts write, in
 // one write transaction: the repair of a table that triggers keep beside
 // the sessions or review items (inbox_counts, review_counts, sla_counts,
-// inbox_rows), for anything that wrote those with the triggers off.
+// waiting_counts, inbox_rows), for anything that wrote those with the triggers off.
 //
 // On PostgreSQL the tables are first taken in EXCLUSIVE mode: the triggers'
 // writes wait behind the lock, and the lock waits for every transaction

@@ -46,6 +46,11 @@ const ProblemReviewCounts = "review_counts"
 // session's, and rebuilt by migrate up (RepairNowCounts).
 const ProblemNowCounts = "now_counts"
 
+// ProblemWaitingCounts is the kind of a problem with the maintained counts
+// of the sessions waiting on input (waiting_counts; PostgreSQL): not a
+// session's, and rebuilt by migrate up (RepairWaitingCounts).
+const ProblemWaitingCounts = "waiting_counts"
+
 // ProblemInboxRows is the kind of a problem with the inbox search's copy of
 // the sessions in human hands (inbox_rows; PostgreSQL): not a session's,
 // and rebuilt by migrate up (RepairInboxRows).
@@ -53,7 +58,7 @@ const ProblemInboxRows = "inbox_rows"
 
 func (p Problem) String() string {
 	switch {
-	case p.Kind == ProblemInboxCounts, p.Kind == ProblemReviewCounts, p.Kind == ProblemNowCounts, p.Kind == ProblemInboxRows:
+	case p.Kind == ProblemInboxCounts, p.Kind == ProblemReviewCounts, p.Kind == ProblemNowCounts, p.Kind == ProblemWaitingCounts, p.Kind == ProblemInboxRows:
 		return fmt.Sprintf("%s: %s", p.Kind, p.Detail)
 	case p.SessionID == "":
 		return fmt.Sprintf("checkpoint %d: %s: %s", p.Checkpoint, p.Kind, p.Detail)
@@ -193,7 +198,8 @@ func (s *Store) Verify(ctx context.Context, o VerifyOpts) (VerifyReport, error) 
 
 // countProblems checks the counts that triggers keep beside the sessions and
 // review items (inbox_counts, review_counts and review_reviewer_counts, and
-// on PostgreSQL sla_counts and the inbox search's inbox_rows) against what
+// on PostgreSQL sla_counts, waiting_counts and the inbox search's
+// inbox_rows) against what
 // they count or copy.
 func (s *Store) countProblems(ctx context.Context) ([]Problem, error) {
 	var probs []Problem
@@ -225,7 +231,15 @@ func (s *Store) countProblems(ctx context.Context) ([]Problem, error) {
 				"%d rows of sla_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
 		}
 	}
-	n, err := s.inboxRowsDrift(ctx)
+	n, err := s.waitingCountsDrift(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		probs = append(probs, Problem{Kind: ProblemWaitingCounts, Detail: fmt.Sprintf(
+			"%d queues' counts of sessions waiting on input differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
+	}
+	n, err = s.inboxRowsDrift(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ func TestReindexCommand(t *testing.T) {
 	}
 	r = runCLI(t, nil, "", "reindex", "--database-url", pg, "--json")
 	var rep models.IndexUpkeepReport
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Checked) < 4 || len(rep.Tables) != 4 {
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Checked) < 4 || len(rep.Tables) != 5 {
 		t.Fatalf("json run exited %d: %q", r.code, r.stdout)
 	}
 	for _, c := range []struct {
