@@ -94,10 +94,11 @@ func (s *Store) CountWaitingOnInput(ctx context.Context) (int64, error) {
 }
 
 // waitingCount is the count of the sessions waiting on input as a count of
-// a batch (boundedCounts; key 0): on PostgreSQL the sum of waiting_counts, which the
-// triggers of migration 00037 keep in the writing transaction (a bounded
-// count read up to 1,001 index entries at a million events, on every inbox
-// view's tab); on SQLite the bounded count over sessions_waiting_input_idx.
+// a batch (boundedCounts; key 0): on PostgreSQL the sum of waiting_counts,
+// which the triggers of migration 00037 keep in the writing transaction (a
+// bounded count read up to 1,001 index entries at a million events, on
+// every inbox view's tab); on SQLite the bounded count over
+// sessions_waiting_input_idx.
 func (s *Store) waitingCount() countQuery {
 	if s.Dialect == Postgres {
 		return countQuery{count: cappedCounterSum("waiting_counts")}

@@ -93,21 +93,12 @@ VALUES ('ses_sql_1', 'T-1', 'g', 'awaiting_input', 3, 1, 'billing', '', '', now(
 	if err := execWithoutTriggers(s, `UPDATE sessions SET status = 'completed' WHERE id = 'ses_sql_1'`); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := s.Verify(ctx, models.VerifyOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, p := range rep.Problems {
-		found = found || p.Kind == models.ProblemWaitingCounts
-	}
-	if !found {
-		t.Errorf("verify after a write without triggers: no %s problem in %v", models.ProblemWaitingCounts, rep.Problems)
-	}
+	wantVerifyProblems(ctx, t, s, models.ProblemWaitingCounts, 1)
 	if n, err := s.RepairWaitingCounts(ctx); err != nil || n != 1 {
 		t.Fatalf("repair after a write without triggers = %d, %v; want 1 row fixed", n, err)
 	}
 	check("repaired", 2)
+	wantVerifyProblems(ctx, t, s, models.ProblemWaitingCounts, 0)
 	if n, err := s.RepairWaitingCounts(ctx); err != nil || n != 0 {
 		t.Fatalf("second repair = %d, %v; want 0", n, err)
 	}
