@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"reflect"
 	"time"
 )
 
@@ -121,3 +122,14 @@ const MetricRollupLockSQL = metricRollupLockSQL
 // SetMetricsPlanHook runs hook in every metrics request after it has read
 // the rollup state and planned its windows, before its other reads.
 func (s *Store) SetMetricsPlanHook(hook func()) { s.metricsPlanHook = hook }
+
+// DecodeBoth decodes b into a new value of v's type with decodeJSON's fast
+// decoder and with its definition (encoding/json alone), and returns both
+// values, whether the fast one succeeded and encoding/json's error.
+func DecodeBoth(b []byte, v any) (fast, std any, fastOK bool, stdErr error) {
+	t := reflect.TypeOf(v)
+	f, s := reflect.New(t), reflect.New(t)
+	fastOK = decodeFast(b, f.Interface())
+	stdErr = decodeStd(b, s.Interface())
+	return f.Elem().Interface(), s.Elem().Interface(), fastOK, stdErr
+}
