@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -162,6 +163,27 @@ func TestNumberFree(t *testing.T) {
 	} {
 		if got := numberFree(reflect.TypeOf(c.v)); got != c.want {
 			t.Errorf("numberFree(%T) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
+
+// TestDecodeJSONDeepNesting: values nested as deep as encoding/json accepts
+// (10,000 levels, the most a stored payload can hold, since request bodies
+// are decoded by encoding/json first) decode to the same value through
+// decodeJSON, and deeper ones get encoding/json's error, not a crash.
+func TestDecodeJSONDeepNesting(t *testing.T) {
+	t.Parallel()
+	for _, depth := range []int{9_999, 10_000, 10_001, 200_000} {
+		b := []byte(`{"output":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
+		for _, newV := range []func() any{func() any { return new(ResultPayload) }, func() any { return new(any) }} {
+			got, want := newV(), newV()
+			gotErr, wantErr := decodeJSON(b, got), decodeReference(b, want)
+			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+				t.Fatalf("depth %d into %T: error %v, encoding/json gives %v", depth, got, gotErr, wantErr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("depth %d into %T: values differ", depth, got)
+			}
 		}
 	}
 }
