@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskpilots/handoff/models"
 	"github.com/taskpilots/handoff/models/storetest"
+	"gorm.io/gorm"
 )
 
 // skewedWrites writes, with clocks that disagree as two server processes'
@@ -155,6 +156,29 @@ func TestFeedPlans(t *testing.T) {
 		if name == "pending" && !strings.Contains(plan, "events_feed_xid_idx") {
 			t.Errorf("pending rows not found through their index:\n%s", plan)
 		}
+	}
+	// The sequencer runs its statement on the generic plan (the bound a
+	// parameter, TestSequencerKeepsItsPlan): that plan must be the same
+	// index range, whatever bound it is executed with.
+	err := s.DB.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(`SET LOCAL plan_cache_mode = force_generic_plan`).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec(`PREPARE pending_generic(bigint) AS ` + models.FeedPendingPostgres("$1")).Error; err != nil {
+			return err
+		}
+		var lines []string
+		if err := tx.Raw(`EXPLAIN EXECUTE pending_generic(` + strconv.FormatInt(xid+1, 10) + `)`).Scan(&lines).Error; err != nil {
+			return err
+		}
+		plan := strings.Join(lines, "\n")
+		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Hash") || !strings.Contains(plan, "events_feed_xid_idx") || !strings.Contains(plan, "$1") {
+			t.Errorf("pending rows on the generic plan: not a range of events_feed_xid_idx:\n%s", plan)
+		}
+		return tx.Exec(`DEALLOCATE pending_generic`).Error
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	// Without statistics on feed_xid (autovacuum has not analyzed events
 	// yet, or is off) the scan must stay a few index probes too: no hash
