@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"reflect"
 	"time"
 )
 
@@ -123,13 +122,23 @@ const MetricRollupLockSQL = metricRollupLockSQL
 // the rollup state and planned its windows, before its other reads.
 func (s *Store) SetMetricsPlanHook(hook func()) { s.metricsPlanHook = hook }
 
-// DecodeBoth decodes b into a new value of v's type with decodeJSON's fast
-// decoder and with its definition (encoding/json alone), and returns both
-// values, whether the fast one succeeded and encoding/json's error.
-func DecodeBoth(b []byte, v any) (fast, std any, fastOK bool, stdErr error) {
-	t := reflect.TypeOf(v)
-	f, s := reflect.New(t), reflect.New(t)
-	fastOK = decodeFast(b, f.Interface())
-	stdErr = decodeStd(b, s.Interface())
-	return f.Elem().Interface(), s.Elem().Interface(), fastOK, stdErr
+// DecodeTargets make a new value (a pointer) of each type decodeJSON
+// decodes stored JSON into: every payload type Apply reads, State and any.
+var DecodeTargets = []func() any{
+	func() any { return new(SessionCreatedPayload) }, func() any { return new(PausePayload) },
+	func() any { return new(EscalatePayload) }, func() any { return new(ReasonPayload) },
+	func() any { return new(DelegationPayload) }, func() any { return new(LeasePayload) },
+	func() any { return new(ExpiredPayload) }, func() any { return new(ResultPayload) },
+	func() any { return new(InputPayload) }, func() any { return new(HumanPayload) },
+	func() any { return new(HumanDelegationPayload) }, func() any { return new(ChildrenPayload) },
+	func() any { return new(JoinPayload) }, func() any { return new(RiskResolvedPayload) },
+	func() any { return new(State) }, func() any { return new(any) },
+}
+
+// DecodeBoth decodes b into two new values of newV with decodeJSON's fast
+// decoder and with its definition (encoding/json alone), and returns both,
+// whether the fast one succeeded and encoding/json's error.
+func DecodeBoth(b []byte, newV func() any) (fast, std any, fastOK bool, stdErr error) {
+	fast, std = newV(), newV()
+	return fast, std, decodeFast(b, fast), decodeStd(b, std)
 }

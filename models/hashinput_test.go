@@ -96,8 +96,9 @@ func decodeReference(b []byte, v any) error {
 
 // FuzzDecodeJSON holds decodeJSON — goccy/go-json first, then encoding/json's
 // in-place shortcut, then its Decoder — to the Decoder it stands for: same
-// value, same error, on number-free payload types, on ones with interfaces
-// (which always take the Decoder), on State and on any.
+// value, same error, on every payload type Apply reads (number-free ones,
+// and ones with interfaces, which always take the Decoder), on State and
+// on any (DecodeTargets).
 func FuzzDecodeJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"delegation_id":"dlg_1","attempt":1,"worker":"w1"}`, `{"delegation_id":"dlg_1"} trailing`, `{"attempt":"x"}`,
@@ -111,42 +112,19 @@ func FuzzDecodeJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		check := func(name string, got, want any, gotErr, wantErr error) {
-			t.Helper()
+		for _, newV := range DecodeTargets {
+			got, want := newV(), newV()
+			gotErr, wantErr := decodeJSON(b, got), decodeReference(b, want)
 			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
-				t.Fatalf("%s %q: error %v, Decoder gives %v", name, b, gotErr, wantErr)
+				t.Fatalf("%T %q: error %v, Decoder gives %v", got, b, gotErr, wantErr)
 			}
 			// DeepEqual, not the printed values: it follows pointers and
 			// tells a nil map or slice from an empty one, and json.Number
 			// from float64.
 			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%s %q:\n got %#v\nwant %#v", name, b, got, want)
+				t.Fatalf("%T %q:\n got %#v\nwant %#v", got, b, got, want)
 			}
 		}
-		var l1, l2 LeasePayload
-		e1, e2 := decodeJSON(b, &l1), decodeReference(b, &l2)
-		check("LeasePayload", l1, l2, e1, e2)
-		var p1, p2 PausePayload
-		e1, e2 = decodeJSON(b, &p1), decodeReference(b, &p2)
-		check("PausePayload", p1, p2, e1, e2)
-		var c1, c2 SessionCreatedPayload
-		e1, e2 = decodeJSON(b, &c1), decodeReference(b, &c2)
-		check("SessionCreatedPayload", c1, c2, e1, e2)
-		var r1, r2 ResultPayload
-		e1, e2 = decodeJSON(b, &r1), decodeReference(b, &r2)
-		check("ResultPayload", r1, r2, e1, e2)
-		var d1, d2 DelegationPayload
-		e1, e2 = decodeJSON(b, &d1), decodeReference(b, &d2)
-		check("DelegationPayload", d1, d2, e1, e2)
-		var h1, h2 HumanPayload
-		e1, e2 = decodeJSON(b, &h1), decodeReference(b, &h2)
-		check("HumanPayload", h1, h2, e1, e2)
-		var s1, s2 State
-		e1, e2 = decodeJSON(b, &s1), decodeReference(b, &s2)
-		check("State", s1, s2, e1, e2)
-		var a1, a2 any
-		e1, e2 = decodeJSON(b, &a1), decodeReference(b, &a2)
-		check("any", a1, a2, e1, e2)
 	})
 }
 
@@ -175,7 +153,7 @@ func TestDecodeJSONDeepNesting(t *testing.T) {
 	t.Parallel()
 	for _, depth := range []int{9_999, 10_000, 10_001, 200_000} {
 		b := []byte(`{"output":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
-		for _, newV := range []func() any{func() any { return new(ResultPayload) }, func() any { return new(any) }} {
+		for _, newV := range DecodeTargets {
 			got, want := newV(), newV()
 			gotErr, wantErr := decodeJSON(b, got), decodeReference(b, want)
 			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {

@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"fmt"
 )
 
 // The inbox's word search reads inbox_rows on PostgreSQL (migration 00034):
@@ -24,33 +23,13 @@ const inboxRowsDriftSQL = `SELECT count(*) FROM (
 UNION ALL
 (SELECT ` + inboxRowColumns + ` FROM inbox_rows EXCEPT ALL SELECT ` + inboxRowColumns + ` FROM sessions WHERE ` + inboxWhere + `)) AS d`
 
-// inboxRowsDrift counts the rows of inbox_rows that differ from the
-// sessions in human hands (PostgreSQL; 0 on SQLite, which has no copy).
-// One statement reads both sides, so from one snapshot.
-func (s *Store) inboxRowsDrift(ctx context.Context) (int64, error) {
-	if s.Dialect != Postgres {
-		return 0, nil
-	}
-	var drift int64
-	if err := s.DB.WithContext(ctx).Raw(inboxRowsDriftSQL).Scan(&drift).Error; err != nil {
-		return 0, fmt.Errorf("check inbox rows: %w", err)
-	}
-	return drift, nil
-}
+// inboxRowsTable is inbox_rows as a derivedTable: the copy of the sessions
+// in human hands.
+var inboxRowsTable = derivedTable{name: "inbox_rows", what: "inbox search rows", driftSQL: inboxRowsDriftSQL,
+	rebuildSQL: `INSERT INTO inbox_rows (` + inboxRowColumns + `) SELECT ` + inboxRowColumns + ` FROM sessions WHERE ` + inboxWhere}
 
 // RepairInboxRows checks inbox_rows against the sessions in human hands and,
-// when they differ, rebuilds it (rebuildTables). It returns how many rows
-// were wrong.
+// when they differ, rebuilds it. It returns how many rows were wrong.
 func (s *Store) RepairInboxRows(ctx context.Context) (int64, error) {
-	drift, err := s.inboxRowsDrift(ctx)
-	if err != nil || drift == 0 {
-		return 0, err
-	}
-	err = s.rebuildTables(ctx, []string{"inbox_rows"},
-		`INSERT INTO inbox_rows (`+inboxRowColumns+`) SELECT `+inboxRowColumns+` FROM sessions WHERE `+inboxWhere)
-	if err != nil {
-		return 0, fmt.Errorf("repair inbox rows: %w", err)
-	}
-	s.Logger.Warn("inbox search rows rebuilt from the sessions", "rows_wrong", drift)
-	return drift, nil
+	return s.repair(ctx, inboxRowsTable)
 }

@@ -206,34 +206,15 @@ const nowCountsDriftSQL = `SELECT count(*) FROM (SELECT priority, date_bin('1 mi
 	FROM sessions WHERE ` + inHumanHandsSQL + ` GROUP BY 1, 2) e
 	FULL JOIN (SELECT * FROM sla_counts WHERE n <> 0) c USING (priority, escalated_min) WHERE e.n IS DISTINCT FROM c.n`
 
-// RepairNowCounts checks the maintained SLA counts of
-// PostgreSQL (migration 00032) against the sessions and, when they differ
-// (something wrote sessions with the triggers disabled), rebuilds them
-// (rebuildTables). It returns how many rows were wrong.
-func (s *Store) RepairNowCounts(ctx context.Context) (int64, error) {
-	if s.Dialect != Postgres {
-		return 0, nil
-	}
-	drift, err := s.nowCountsDrift(ctx)
-	if err != nil || drift == 0 {
-		return 0, err
-	}
-	err = s.rebuildTables(ctx, []string{"sla_counts"}, `INSERT INTO sla_counts (priority, escalated_min, n)
+// slaCountsTable is sla_counts (migration 00032) as a derivedTable.
+var slaCountsTable = derivedTable{name: "sla_counts", what: "sla counts", driftSQL: nowCountsDriftSQL,
+	rebuildSQL: `INSERT INTO sla_counts (priority, escalated_min, n)
 SELECT priority, date_bin('1 minute', escalated_at, timestamptz '1970-01-01 00:00:00+00'), count(*) FROM sessions
-WHERE `+inHumanHandsSQL+` GROUP BY 1, 2`)
-	if err != nil {
-		return 0, fmt.Errorf("repair sla counts: %w", err)
-	}
-	s.Logger.Warn("sla counts rebuilt from the sessions", "rows_wrong", drift)
-	return drift, nil
-}
+WHERE ` + inHumanHandsSQL + ` GROUP BY 1, 2`}
 
-// nowCountsDrift counts the rows of sla_counts that differ
-// from the sessions (PostgreSQL; for verify and RepairNowCounts).
-func (s *Store) nowCountsDrift(ctx context.Context) (int64, error) {
-	var drift int64
-	if err := s.DB.WithContext(ctx).Raw(nowCountsDriftSQL).Scan(&drift).Error; err != nil {
-		return 0, fmt.Errorf("check sla counts: %w", err)
-	}
-	return drift, nil
+// RepairNowCounts checks the maintained SLA counts of PostgreSQL
+// (migration 00032) against the sessions and, when they differ, rebuilds
+// them. It returns how many rows were wrong.
+func (s *Store) RepairNowCounts(ctx context.Context) (int64, error) {
+	return s.repair(ctx, slaCountsTable)
 }

@@ -221,31 +221,23 @@ func (s *Store) countProblems(ctx context.Context) ([]Problem, error) {
 			"%s %q: %d open items counted, %d open items (`taskpilots migrate up` rebuilds them)",
 			d.Table, d.Key, d.Stored, d.Actual)})
 	}
-	if s.Dialect == Postgres {
-		n, err := s.nowCountsDrift(ctx)
+	// The tables PostgreSQL's triggers keep from the sessions (none on
+	// SQLite, where drift is 0).
+	for _, d := range []struct {
+		table        derivedTable
+		kind, detail string
+	}{
+		{slaCountsTable, ProblemNowCounts, "%d rows of sla_counts differ from the sessions"},
+		{waitingCountsTable, ProblemWaitingCounts, "%d queues' counts of sessions waiting on input differ from the sessions"},
+		{inboxRowsTable, ProblemInboxRows, "%d rows of inbox_rows differ from the sessions in human hands"},
+	} {
+		n, err := s.drift(ctx, d.table)
 		if err != nil {
 			return nil, err
 		}
 		if n > 0 {
-			probs = append(probs, Problem{Kind: ProblemNowCounts, Detail: fmt.Sprintf(
-				"%d rows of sla_counts differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
+			probs = append(probs, Problem{Kind: d.kind, Detail: fmt.Sprintf(d.detail+" (`taskpilots migrate up` rebuilds them)", n)})
 		}
-	}
-	n, err := s.waitingCountsDrift(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if n > 0 {
-		probs = append(probs, Problem{Kind: ProblemWaitingCounts, Detail: fmt.Sprintf(
-			"%d queues' counts of sessions waiting on input differ from the sessions (`taskpilots migrate up` rebuilds them)", n)})
-	}
-	n, err = s.inboxRowsDrift(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if n > 0 {
-		probs = append(probs, Problem{Kind: ProblemInboxRows, Detail: fmt.Sprintf(
-			"%d rows of inbox_rows differ from the sessions in human hands (`taskpilots migrate up` rebuilds them)", n)})
 	}
 	return probs, nil
 }

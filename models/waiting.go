@@ -111,35 +111,15 @@ func (s *Store) waitingCount() countQuery {
 const waitingCountsDriftSQL = `SELECT count(*) FROM (SELECT queue, count(*) AS n FROM sessions WHERE ` + waitingWhere + ` GROUP BY queue) e
 	FULL JOIN (SELECT * FROM waiting_counts WHERE n <> 0) c USING (queue) WHERE e.n IS DISTINCT FROM c.n`
 
-// waitingCountsDrift counts the rows of waiting_counts that differ from the
-// sessions (PostgreSQL; for verify and RepairWaitingCounts).
-func (s *Store) waitingCountsDrift(ctx context.Context) (int64, error) {
-	if s.Dialect != Postgres {
-		return 0, nil
-	}
-	var drift int64
-	if err := s.DB.WithContext(ctx).Raw(waitingCountsDriftSQL).Scan(&drift).Error; err != nil {
-		return 0, fmt.Errorf("check waiting counts: %w", err)
-	}
-	return drift, nil
-}
+// waitingCountsTable is waiting_counts (migration 00037) as a derivedTable.
+var waitingCountsTable = derivedTable{name: "waiting_counts", what: "waiting counts", driftSQL: waitingCountsDriftSQL,
+	rebuildSQL: `INSERT INTO waiting_counts (queue, n) SELECT queue, count(*) FROM sessions WHERE ` + waitingWhere + ` GROUP BY queue`}
 
 // RepairWaitingCounts checks the maintained counts of the sessions waiting
 // on input (PostgreSQL, migration 00037) against the sessions and, when
-// they differ (something wrote sessions with the triggers disabled),
-// rebuilds them (rebuildTables). It returns how many rows were wrong.
+// they differ, rebuilds them. It returns how many rows were wrong.
 func (s *Store) RepairWaitingCounts(ctx context.Context) (int64, error) {
-	drift, err := s.waitingCountsDrift(ctx)
-	if err != nil || drift == 0 {
-		return 0, err
-	}
-	err = s.rebuildTables(ctx, []string{"waiting_counts"},
-		`INSERT INTO waiting_counts (queue, n) SELECT queue, count(*) FROM sessions WHERE `+waitingWhere+` GROUP BY queue`)
-	if err != nil {
-		return 0, fmt.Errorf("repair waiting counts: %w", err)
-	}
-	s.Logger.Warn("waiting counts rebuilt from the sessions", "rows_wrong", drift)
-	return drift, nil
+	return s.repair(ctx, waitingCountsTable)
 }
 
 // CountInHumanHands counts the sessions of the inbox (escalated or
