@@ -64,7 +64,7 @@ func TestLongColumnsUseLZ4(t *testing.T) {
 	if err := json.Unmarshal([]byte(sess.State), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Facts["history"] != long {
-		t.Fatalf("state read back with history of %d bytes, want %d", len(st.Facts["history"].(string)), len(long))
+	if got, _ := st.Facts["history"].(string); got != long {
+		t.Fatalf("state read back with a history of %d bytes (%T), want the %d written", len(got), st.Facts["history"], len(long))
 	}
 }
