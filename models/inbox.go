@@ -170,6 +170,10 @@ func AssigneeOf(u User) string { return u.Actor() }
 
 const inboxColumns = "id, ticket_ref, goal, status, priority, state_version, current_step, queue, assignee, escalated_at, updated_at, reason_code"
 
+// inboxMatchColumns are the columns of a search's matches (on PostgreSQL)
+// that the page's order and cursor, the filters and the facet counts read.
+const inboxMatchColumns = "id, status, priority, queue, assignee, escalated_at, reason_code"
+
 // Inbox returns one page of the sessions in human hands, most urgent first
 // (SLA due, then priority, then the longest waiting), and the counts of every
 // filter option.
@@ -213,22 +217,30 @@ func (s *Store) Inbox(ctx context.Context, o InboxOpts) (InboxPage, error) {
 	if s.Dialect == Postgres {
 		pageFrom = "inbox_rows"
 	}
+	due, byDue := s.inboxDueSQL(policy)
 	if o.Search != "" {
 		where, a := s.inboxFilterSQL(InboxOpts{InboxFilter: InboxFilter{Search: o.Search}})
-		materialized, src := "", "sessions"
+		materialized, src, columns := "", "sessions", inboxColumns
 		if s.Dialect == Postgres {
 			// The dense copy of the inbox sessions (migration 00034): the
 			// matches sit on a few hundred pages instead of one page each.
 			materialized, src = "MATERIALIZED ", "inbox_rows"
 		}
-		prefix = "WITH m AS " + materialized + "(SELECT " + inboxColumns + " FROM " + src + " WHERE " + inboxWhere + where + ")\n"
+		if byDue {
+			// Only what the order, the filters and the facet counts read:
+			// the page's rows fetch the rest by id (inboxMatchesPage). With
+			// every column, copying a common word's matches (1,482 at a
+			// million events) into the CTE took a third of the statement.
+			columns = inboxMatchColumns
+		}
+		prefix = "WITH m AS " + materialized + "(SELECT " + columns + " FROM " + src + " WHERE " + inboxWhere + where + ")\n"
 		from, pageFrom, args = "m", "m", a
 	}
 	unsearched := o
 	unsearched.Search = ""
 	filter, fa := s.inboxFilterSQL(unsearched)
 	var page string
-	if due, ok := s.inboxDueSQL(policy); ok && o.Search != "" {
+	if byDue && o.Search != "" {
 		page, args = s.inboxMatchesPage(o, after, policy, due, filter, fa, args)
 	} else {
 		page, args = s.inboxBranchesPage(o, after, policy, pageFrom, filter, fa, args)
@@ -314,7 +326,7 @@ func (s *Store) inboxBranchesPage(o InboxOpts, after *inboxKey, policy SLAPolicy
 // every match. The cursor is the same row comparison as the branches'
 // conditions: after the cursor's (due, priority, escalated_at, id).
 func (s *Store) inboxMatchesPage(o InboxOpts, after *inboxKey, policy SLAPolicy, due, filter string, fa, args []any) (string, []any) {
-	q := "SELECT " + inboxColumns + " FROM m WHERE " + inboxBase(o.InboxFilter) + filter
+	q := "SELECT id FROM m WHERE " + inboxBase(o.InboxFilter) + filter
 	args = append(args, fa...)
 	if o.Priority != 0 {
 		q += " AND priority = " + strconv.Itoa(o.Priority)
@@ -326,7 +338,10 @@ func (s *Store) inboxMatchesPage(o InboxOpts, after *inboxKey, policy SLAPolicy,
 		q += " AND (" + due + ", priority, escalated_at, id) > (" + s.timeParam() + ", ?, " + s.timeParam() + ", ?)"
 		args = append(args, NewUTCTime(after.EscalatedAt.Add(policy.For(after.Priority))), after.Priority, after.EscalatedAt, after.ID)
 	}
-	return "SELECT * FROM (" + q + " ORDER BY " + due + ", priority, escalated_at, id LIMIT " + strconv.Itoa(o.Limit+1) + ") AS u", args
+	// The page's ids in order, then their rows by primary key: m holds
+	// the narrow inboxMatchColumns. Inbox sorts the page again, so the
+	// join may return the rows in any order.
+	return "SELECT i." + strings.ReplaceAll(inboxColumns, ", ", ", i.") + " FROM (" + q + " ORDER BY " + due + ", priority, escalated_at, id LIMIT " + strconv.Itoa(o.Limit+1) + ") AS u JOIN inbox_rows AS i ON i.id = u.id", args
 }
 
 // inboxDueSQL is the SLA due time of an inbox row in SQL, escalated_at plus
