@@ -30,7 +30,11 @@
 # results in batches (group commit off, the default): the Go API figure to
 # put beside River's one-call-at-a-time job rate (ratio cycles / River single).
 #
-# Targets: HTTP ≥ 50 % of pgbench's lifecycles/s, in-process ≥ 80 %.
+# Targets: HTTP ≥ 100 % of pgbench's lifecycles/s (the full lifecycle over
+# HTTP at least PostgreSQL's own rate for the same writes), in-process ≥ 80 %
+# (an earlier, lower bar, kept), and `bench cycles` ≥ River's one-call-at-a-
+# time job rate; a full in-process lifecycle against a River job is shown
+# for reference only.
 # pgbench counts one run of the four-commit script as one "transaction", so
 # its tps is lifecycles/s (commits/s = 4 × tps); the ratios below are
 # ours ÷ pgbench tps, i.e. ours ÷ (pgbench commits/s ÷ 4). The last line of
@@ -217,10 +221,10 @@ END {
 	mpg = median(pg, n); mht = median(ht, n); mip = median(ip, n); mhr = median(hr, n); mir = median(ir, n)
 	printf "\n== results (%d clients, %d s per run, %d round(s), PostgreSQL on this machine; medians)\n", c, d, n
 	printf "pgbench lifecycle script   %9.1f lifecycles/s  (%.1f commits/s)\n", mpg, mpg * 4
-	printf "taskpilots http            %9.1f lifecycles/s  ratio %.2f  (target >= 0.50) %s\n", mht, mhr, (mhr >= 0.5 ? "ok" : "UNDER TARGET")
+	printf "taskpilots http            %9.1f lifecycles/s  ratio %.2f  (target >= 1.00) %s\n", mht, mhr, (mhr >= 1 ? "ok" : "UNDER TARGET")
 	printf "taskpilots inproc          %9.1f lifecycles/s  ratio %.2f  (target >= 0.80) %s\n", mip, mir, (mir >= 0.8 ? "ok" : "UNDER TARGET")
 	mrs = median(rs, n); mrb = median(rb, n); mrr = median(rr, n)
-	printf "river, one job per call    %9.1f jobs/s        inproc lifecycles / river jobs %.2f (target >= 1) %s\n", mrs, mrr, (mrr >= 1 ? "ok" : "UNDER TARGET")
+	printf "river, one job per call    %9.1f jobs/s        inproc lifecycles / river jobs %.2f (reference)\n", mrs, mrr
 	printf "river, 100 jobs per call   %9.1f jobs/s\n", mrb
 	mcy = median(cy, n); mcr = median(cr, n)
 	printf "taskpilots cycles (Go API) %9.1f cycles/s      cycles / river jobs one per call %.2f (target >= 1) %s\n", mcy, mcr, (mcr >= 1 ? "ok" : "UNDER TARGET")
