@@ -47,7 +47,9 @@ func (o MetricsOpts) Validate() error {
 	v := &ValidationError{}
 	CheckNUL(v, "", o) // every text field; see NULMessage
 	if !o.To.After(o.From) {
-		v.Add("window", "must end after it starts")
+		// Named after the parameter to change: a custom range's end
+		// (a named window always ends after it starts).
+		v.Add("to", "must be after from")
 	}
 	if o.Queue != "" && !namePattern.MatchString(o.Queue) {
 		v.Add("queue", "must be 1-64 letters, digits, '.', '_' or '-'")

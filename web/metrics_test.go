@@ -253,6 +253,13 @@ func TestMetricsMiddlewareAndProductMetricsHandler(t *testing.T) {
 		if r := get("/api/v1/metrics?from=2026-11-09T12:00:00Z"); r.Code != http.StatusUnprocessableEntity || !strings.Contains(r.Body.String(), `"to"`) {
 			t.Errorf("custom range without to = %d %s", r.Code, r.Body)
 		}
+		// A range that ends before it starts names the parameter to change.
+		backwards := get("/api/v1/metrics?from=2026-11-09T12:00:00Z&to=2026-11-08T12:00:00Z")
+		p = handlers.Problem{}
+		if err := json.Unmarshal(backwards.Body.Bytes(), &p); err != nil || backwards.Code != http.StatusUnprocessableEntity ||
+			len(p.Errors) != 1 || p.Errors[0].Field != "to" || p.Errors[0].Message != "must be after from" {
+			t.Errorf("backwards range = %d %s", backwards.Code, backwards.Body)
+		}
 
 		for _, tc := range []struct {
 			query, window string
@@ -294,7 +301,7 @@ func TestMetricsMiddlewareAndProductMetricsHandler(t *testing.T) {
 			`taskpilots_http_requests_total{method="GET",route="/api/v1/sessions/:id",status_class="2xx"}`: 2,
 			`taskpilots_http_requests_total{method="GET",route="/api/v1/gone/:id",status_class="4xx"}`:     1,
 			`taskpilots_http_requests_total{method="GET",route="unmatched",status_class="4xx"}`:            1,
-			`taskpilots_http_requests_total{method="GET",route="/api/v1/metrics",status_class="4xx"}`:      3,
+			`taskpilots_http_requests_total{method="GET",route="/api/v1/metrics",status_class="4xx"}`:      4,
 			`taskpilots_http_requests_total{method="GET",route="/api/v1/metrics",status_class="2xx"}`:      4,
 			`taskpilots_http_request_duration_seconds_count{method="GET",route="/api/v1/sessions/:id"}`:    2,
 		})
