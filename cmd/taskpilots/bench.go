@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +46,11 @@ type benchOpts struct {
 	ownQueues   bool
 	groupCommit bool
 	groupLanes  int
-	feed        feedBenchOpts
+	// batch > 1 runs lifecycles in batches: a worker creates and
+	// delegates batch sessions one call each, leases up to batch in one
+	// call and sends their results in one call.
+	batch int
+	feed  feedBenchOpts
 	// webhookRounds > 0 compares the write path without and with one
 	// active webhook (bench_webhook.go).
 	webhookRounds int
@@ -71,12 +76,13 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 	fs.BoolVar(&o.ownQueues, "queue-per-worker", false, "give each worker its own queue (as scripts/pgbench-lifecycle.sql does) instead of one shared queue")
 	fs.BoolVar(&o.groupCommit, "group-commit", false, "group concurrent writes into one commit (PostgreSQL; serve's --group-commit)")
 	fs.IntVar(&o.groupLanes, "group-lanes", models.DefaultGroupLanes, "writes or groups in flight at once with --group-commit")
+	fs.IntVar(&o.batch, "batch", 1, "lifecycles per batch: each worker creates and delegates this many sessions one call each, then leases up to this many in one call and sends their results in one call (1: one lease and one result per call)")
 	feedBenchFlags(fs, &o.feed)
 	fs.IntVar(&o.webhookRounds, "webhook-rounds", 0, "if set, run this many rounds of --duration each without and with one active webhook (receiver on localhost) and compare")
 	fs.BoolVar(&o.asReceiver, "as-webhook-receiver", false, "internal: run as the webhook receiver process of --webhook-rounds")
 	fs.IntVar(&o.receiverNice, "webhook-receiver-nice", 19, "nice value of the --webhook-rounds receiver process (0–19; 19: it gets only the CPU the product leaves, as a receiver on another machine would take none)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: taskpilots bench --database-url URL --mode http|inproc --workers N --duration D [--json]\n\n"+
+		fmt.Fprintln(env.stderr, "usage: taskpilots bench --database-url URL --mode http|inproc --workers N --duration D [--batch N] [--json]\n\n"+
 			"Migrates the database, creates its own tokens and sessions, and runs full\n"+
 			"lifecycles (create session → delegate → lease → completed result) with N\n"+
 			"concurrent workers for D. Prints lifecycles per second and latencies.\n\nflags:")
@@ -97,6 +103,10 @@ func benchFlags(env *cliEnv, args []string) (benchOpts, error) {
 		return o, usageErr("--wait must be between 0 and %d", models.MaxWaitSeconds)
 	case o.receiverNice < 0 || o.receiverNice > 19:
 		return o, usageErr("--webhook-receiver-nice must be between 0 and 19")
+	case o.batch < 1 || o.batch > models.MaxLeaseBatch || o.batch > models.MaxResultBatch:
+		return o, usageErr("--batch must be between 1 and %d", min(models.MaxLeaseBatch, models.MaxResultBatch))
+	case o.batch > 1 && o.webhookRounds > 0:
+		return o, usageErr("--batch and --webhook-rounds cannot be combined")
 	}
 	return o, nil
 }
@@ -112,6 +122,11 @@ type lifecycler interface {
 	delegate(ctx context.Context, key, queue, sessionID string, version int64) error
 	lease(ctx context.Context, key, queue, worker string) (*benchLease, error)
 	result(ctx context.Context, key string, l *benchLease) error
+	// leaseBatch leases up to max delegations in one call; results sends
+	// the completed results of ls in one call and returns how many were
+	// accepted, with the first item's error if any was not.
+	leaseBatch(ctx context.Context, key, queue, worker string, max int) ([]benchLease, error)
+	results(ctx context.Context, ls []benchLease) (int, error)
 }
 
 // benchSession is the session every lifecycle creates: a realistic refund
@@ -178,6 +193,38 @@ func (b *inprocBench) result(ctx context.Context, key string, l *benchLease) err
 	return err
 }
 
+func (b *inprocBench) leaseBatch(ctx context.Context, key, queue, worker string, max int) ([]benchLease, error) {
+	ls, err := b.s.ClaimBatchWait(ctx, queue, worker, "token:"+benchWorker, b.key(key), max, b.wait)
+	out := make([]benchLease, len(ls))
+	for i, l := range ls {
+		out[i] = benchLease{delegationID: l.DelegationID, sessionID: l.SessionID, step: l.Step, token: l.LeaseToken}
+	}
+	return out, err
+}
+
+func (b *inprocBench) results(ctx context.Context, ls []benchLease) (int, error) {
+	items := make([]models.ResultSubmission, len(ls))
+	for i, l := range ls {
+		items[i] = models.ResultSubmission{DelegationID: l.delegationID, IdempotencyKey: b.key(client.NewIdempotencyKey()), Input: models.ResultInput{
+			LeaseToken: l.token, SessionID: l.sessionID, Step: l.step, ResultType: models.ResultCompleted,
+			Output: json.RawMessage(`{"eligible":true}`), Evidence: benchEvidence,
+		}}
+	}
+	outs, err := b.s.SubmitResults(ctx, "token:"+benchWorker, items)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, o := range outs {
+		if o.Err != nil {
+			err = cmp.Or(err, o.Err)
+			continue
+		}
+		n++
+	}
+	return n, err
+}
+
 // httpBench calls the JSON API through the SDK.
 type httpBench struct {
 	controller, worker *client.Client
@@ -219,27 +266,63 @@ func (b *httpBench) result(ctx context.Context, key string, l *benchLease) error
 	return err
 }
 
+func (b *httpBench) leaseBatch(ctx context.Context, key, queue, worker string, max int) ([]benchLease, error) {
+	ls, err := b.worker.LeaseBatch(ctx, queue, client.LeaseInput{Worker: worker, WaitSeconds: b.wait}, max, client.WithIdempotencyKey(key))
+	out := make([]benchLease, len(ls))
+	for i, l := range ls {
+		out[i] = benchLease{delegationID: l.DelegationID, sessionID: l.SessionID, step: l.Step, token: l.LeaseToken}
+	}
+	return out, err
+}
+
+func (b *httpBench) results(ctx context.Context, ls []benchLease) (int, error) {
+	items := make([]client.ResultItem, len(ls))
+	for i, l := range ls {
+		items[i] = client.ResultItem{DelegationID: l.delegationID, ResultInput: client.ResultInput{
+			LeaseToken: l.token, SessionID: l.sessionID, Step: l.step, ResultType: client.ResultCompleted,
+			Output: map[string]any{"eligible": true}, Evidence: []client.Evidence{{Claim: benchEvidence[0].Claim, Source: benchEvidence[0].Source}},
+		}}
+	}
+	outs, err := b.worker.SubmitResults(ctx, items)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, o := range outs {
+		if o.Err != nil {
+			err = cmp.Or(err, o.Err)
+			continue
+		}
+		n++
+	}
+	return n, err
+}
+
 // benchReport is the summary; its JSON is the --json line.
 type benchReport struct {
 	Mode             string  `json:"mode"`
 	QueuePerWorker   bool    `json:"queue_per_worker"`
 	Dialect          string  `json:"dialect"`
 	Workers          int     `json:"workers"`
+	Batch            int     `json:"batch"`
 	DurationS        float64 `json:"duration_s"`
 	Lifecycles       int64   `json:"lifecycles"`
 	LifecyclesPerSec float64 `json:"lifecycles_per_sec"`
 	Errors           int64   `json:"errors"`
 	EmptyLeases      int64   `json:"empty_leases"`
-	CreateP50Ms      float64 `json:"create_p50_ms"`
-	CreateP99Ms      float64 `json:"create_p99_ms"`
-	DelegateP50Ms    float64 `json:"delegate_p50_ms"`
-	DelegateP99Ms    float64 `json:"delegate_p99_ms"`
-	LeaseP50Ms       float64 `json:"lease_p50_ms"`
-	LeaseP99Ms       float64 `json:"lease_p99_ms"`
-	ResultP50Ms      float64 `json:"result_p50_ms"`
-	ResultP99Ms      float64 `json:"result_p99_ms"`
-	LifecycleP50Ms   float64 `json:"lifecycle_p50_ms"`
-	LifecycleP99Ms   float64 `json:"lifecycle_p99_ms"`
+	// LeasesPerCall is the mean number of leases a granting lease call
+	// returned (1 without --batch).
+	LeasesPerCall  float64 `json:"leases_per_call"`
+	CreateP50Ms    float64 `json:"create_p50_ms"`
+	CreateP99Ms    float64 `json:"create_p99_ms"`
+	DelegateP50Ms  float64 `json:"delegate_p50_ms"`
+	DelegateP99Ms  float64 `json:"delegate_p99_ms"`
+	LeaseP50Ms     float64 `json:"lease_p50_ms"`
+	LeaseP99Ms     float64 `json:"lease_p99_ms"`
+	ResultP50Ms    float64 `json:"result_p50_ms"`
+	ResultP99Ms    float64 `json:"result_p99_ms"`
+	LifecycleP50Ms float64 `json:"lifecycle_p50_ms"`
+	LifecycleP99Ms float64 `json:"lifecycle_p99_ms"`
 	// DBStatementsPerLifecycle counts the SQL statements the store sent,
 	// BEGIN and COMMIT included, over all lifecycles; DBRoundTripsPerLifecycle
 	// the round trips they took (the write path pipelines on PostgreSQL).
@@ -253,6 +336,7 @@ type benchReport struct {
 type benchSamples struct {
 	create, delegate, lease, result, whole []time.Duration
 	lifecycles, errs, empty                int64
+	leaseCalls, leases                     int64
 	firstErr                               error
 }
 
@@ -354,7 +438,12 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		if o.ownQueues {
 			q = fmt.Sprintf("%s-%d", queue, i)
 		}
-		wg.Go(func() { benchWorkerLoop(runCtx, lc, q, fmt.Sprintf("bench-w%d", i), samples[i]) })
+		name := fmt.Sprintf("bench-w%d", i)
+		if o.batch > 1 {
+			wg.Go(func() { benchBatchLoop(runCtx, lc, q, name, o.batch, samples[i]) })
+		} else {
+			wg.Go(func() { benchWorkerLoop(runCtx, lc, q, name, samples[i]) })
+		}
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -412,6 +501,8 @@ func benchWorkerLoop(ctx context.Context, lc lifecycler, queue, name string, out
 			continue
 		}
 		t3 := time.Now()
+		out.leaseCalls++
+		out.leases++
 		// The result is sent even if the run ends meanwhile, so that no
 		// lease is left dangling.
 		if err := lc.result(context.WithoutCancel(ctx), client.NewIdempotencyKey(), l); err != nil {
@@ -431,9 +522,75 @@ func benchWorkerLoop(ctx context.Context, lc lifecycler, queue, name string, out
 	}
 }
 
+// benchBatchLoop runs lifecycles in batches until ctx is done: n sessions
+// created and delegated one call each, then one lease call for up to n
+// delegations of the queue (other workers' among them when they share it)
+// and one call for their results. Lease and result latencies are per call;
+// a lifecycle's is its batch's. Only results accepted before the end count.
+func benchBatchLoop(ctx context.Context, lc lifecycler, queue, name string, n int, out *benchSamples) {
+	fail := func(err error) {
+		if ctx.Err() != nil {
+			return
+		}
+		out.errs++
+		if out.firstErr == nil {
+			out.firstErr = err
+		}
+	}
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		for range n {
+			c0 := time.Now()
+			sid, v, err := lc.create(ctx, client.NewIdempotencyKey())
+			if err != nil {
+				fail(fmt.Errorf("create: %w", err))
+				continue
+			}
+			c1 := time.Now()
+			if err := lc.delegate(ctx, client.NewIdempotencyKey(), queue, sid, v); err != nil {
+				fail(fmt.Errorf("delegate: %w", err))
+				continue
+			}
+			out.create = append(out.create, c1.Sub(c0))
+			out.delegate = append(out.delegate, time.Since(c1))
+		}
+		t2 := time.Now()
+		ls, err := lc.leaseBatch(ctx, client.NewIdempotencyKey(), queue, name, n)
+		if err != nil {
+			fail(fmt.Errorf("lease: %w", err))
+			continue
+		}
+		if len(ls) == 0 {
+			if ctx.Err() == nil {
+				out.empty++
+			}
+			continue
+		}
+		t3 := time.Now()
+		out.leaseCalls++
+		out.leases += int64(len(ls))
+		// Sent even if the run ends meanwhile: no lease is left dangling.
+		done, err := lc.results(context.WithoutCancel(ctx), ls)
+		if err != nil {
+			fail(fmt.Errorf("results: %w", err))
+		}
+		t4 := time.Now()
+		if ctx.Err() != nil {
+			return
+		}
+		out.lease = append(out.lease, t3.Sub(t2))
+		out.result = append(out.result, t4.Sub(t3))
+		out.whole = append(out.whole, t4.Sub(t0))
+		out.lifecycles += int64(done)
+	}
+}
+
 func summarise(o benchOpts, dialect string, elapsed time.Duration, samples []*benchSamples, stmts, roundTrips int64) benchReport {
-	var create, delegate, lease, result, whole []time.Duration
-	rep := benchReport{Mode: o.mode, QueuePerWorker: o.ownQueues, Dialect: dialect, Workers: o.workers, DurationS: round3(elapsed.Seconds()), IdempotencyKeys: o.idemKeys || o.mode == "http"}
+	var (
+		create, delegate, lease, result, whole []time.Duration
+		calls, leases                          int64
+	)
+	rep := benchReport{Mode: o.mode, QueuePerWorker: o.ownQueues, Dialect: dialect, Workers: o.workers, Batch: o.batch, DurationS: round3(elapsed.Seconds()), IdempotencyKeys: o.idemKeys || o.mode == "http"}
 	for _, s := range samples {
 		create = append(create, s.create...)
 		delegate = append(delegate, s.delegate...)
@@ -443,6 +600,11 @@ func summarise(o benchOpts, dialect string, elapsed time.Duration, samples []*be
 		rep.Lifecycles += s.lifecycles
 		rep.Errors += s.errs
 		rep.EmptyLeases += s.empty
+		calls += s.leaseCalls
+		leases += s.leases
+	}
+	if calls > 0 {
+		rep.LeasesPerCall = round3(float64(leases) / float64(calls))
 	}
 	rep.LifecyclesPerSec = round3(float64(rep.Lifecycles) / elapsed.Seconds())
 	rep.CreateP50Ms, rep.CreateP99Ms = pct(create, 0.50), pct(create, 0.99)
@@ -471,8 +633,8 @@ func pct(ds []time.Duration, q float64) float64 {
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
 func printBench(w io.Writer, r benchReport, samples []*benchSamples) {
-	fmt.Fprintf(w, "mode %s, %s, %d workers, %.1f s\n", r.Mode, r.Dialect, r.Workers, r.DurationS)
-	fmt.Fprintf(w, "lifecycles   %d (%.1f/s), errors %d, empty leases %d\n", r.Lifecycles, r.LifecyclesPerSec, r.Errors, r.EmptyLeases)
+	fmt.Fprintf(w, "mode %s, %s, %d workers, batch %d, %.1f s\n", r.Mode, r.Dialect, r.Workers, r.Batch, r.DurationS)
+	fmt.Fprintf(w, "lifecycles   %d (%.1f/s), errors %d, empty leases %d, %.1f leases per lease call\n", r.Lifecycles, r.LifecyclesPerSec, r.Errors, r.EmptyLeases, r.LeasesPerCall)
 	fmt.Fprintf(w, "             %8s %8s\n", "p50 ms", "p99 ms")
 	fmt.Fprintf(w, "create       %8.2f %8.2f\n", r.CreateP50Ms, r.CreateP99Ms)
 	fmt.Fprintf(w, "delegate     %8.2f %8.2f\n", r.DelegateP50Ms, r.DelegateP99Ms)
