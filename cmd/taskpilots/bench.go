@@ -572,7 +572,10 @@ func benchBatchLoop(ctx context.Context, lc lifecycler, queue, name string, n in
 		// Sent even if the run ends meanwhile: no lease is left dangling.
 		done, err := lc.results(context.WithoutCancel(ctx), ls)
 		if err != nil {
-			fail(fmt.Errorf("results: %w", err))
+			// Every result not accepted is an error of its own.
+			for range len(ls) - done {
+				fail(fmt.Errorf("results: %w", err))
+			}
 		}
 		t4 := time.Now()
 		if ctx.Err() != nil {
