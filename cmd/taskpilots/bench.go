@@ -214,15 +214,20 @@ func (b *inprocBench) results(ctx context.Context, ls []benchLease) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	return accepted(outs, func(o models.ResultOutcome) error { return o.Err })
+}
+
+// accepted counts the results of a batch that were accepted and returns
+// the first error among the others.
+func accepted[T any](outs []T, errOf func(T) error) (n int, first error) {
 	for _, o := range outs {
-		if o.Err != nil {
-			err = cmp.Or(err, o.Err)
+		if err := errOf(o); err != nil {
+			first = cmp.Or(first, err)
 			continue
 		}
 		n++
 	}
-	return n, err
+	return n, first
 }
 
 // httpBench calls the JSON API through the SDK.
@@ -287,15 +292,7 @@ func (b *httpBench) results(ctx context.Context, ls []benchLease) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, o := range outs {
-		if o.Err != nil {
-			err = cmp.Or(err, o.Err)
-			continue
-		}
-		n++
-	}
-	return n, err
+	return accepted(outs, func(e client.ResultEntry) error { return e.Err })
 }
 
 // benchReport is the summary; its JSON is the --json line.
@@ -464,18 +461,22 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	return nil
 }
 
+// fail counts err, unless the run is over (a call cut short by its end is
+// not a failure).
+func (out *benchSamples) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	out.errs++
+	if out.firstErr == nil {
+		out.firstErr = err
+	}
+}
+
 // benchWorkerLoop runs lifecycles back to back until ctx is done. A
 // lifecycle cut short by the end of the run is not counted.
 func benchWorkerLoop(ctx context.Context, lc lifecycler, queue, name string, out *benchSamples) {
-	fail := func(err error) {
-		if ctx.Err() != nil {
-			return
-		}
-		out.errs++
-		if out.firstErr == nil {
-			out.firstErr = err
-		}
-	}
+	fail := func(err error) { out.fail(ctx, err) }
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		sid, v, err := lc.create(ctx, client.NewIdempotencyKey())
@@ -528,15 +529,7 @@ func benchWorkerLoop(ctx context.Context, lc lifecycler, queue, name string, out
 // and one call for their results. Lease and result latencies are per call;
 // a lifecycle's is its batch's. Only results accepted before the end count.
 func benchBatchLoop(ctx context.Context, lc lifecycler, queue, name string, n int, out *benchSamples) {
-	fail := func(err error) {
-		if ctx.Err() != nil {
-			return
-		}
-		out.errs++
-		if out.firstErr == nil {
-			out.firstErr = err
-		}
-	}
+	fail := func(err error) { out.fail(ctx, err) }
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		for range n {
